@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Ingest benchmark: one capture, several readers, in one run; prints frames/s, ratios and peak RSS.
+
+    python benchmarks/ingest.py FILE [--repeat 3] [--scapy-frames 20000] [--skip dpkt,scapy]
+
+Each method runs in its own child process (so its peak RSS is its own) and produces a polars table
+of the same ~30 columns: timestamps, radiotap rate/MCS/signal/channel/flags, 802.11 type/retry/
+addresses/seq/duration, IP and TCP fields. The ratio column is tshark's time over the method's time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+COLUMNS = ["frame", "ts_ns", "caplen", "wirelen", "tsft", "phy_rate_mbps", "mcs", "bw_mhz", "sgi",
+           "freq_mhz", "signal_dbm", "noise_dbm", "fcs_bad", "ampdu_ref", "wlan_type", "wlan_subtype",
+           "wlan_retry", "wlan_protected", "wlan_duration", "wlan_ra", "wlan_ta", "wlan_seq",
+           "wlan_frag", "wlan_tid", "ip_src", "ip_dst", "ip_id", "ip_len", "ip_proto", "sport", "dport",
+           "tcp_seq", "tcp_ack", "tcp_flags", "tcp_len", "tcp_win", "eth_src", "eth_dst"]
+
+
+def _peak_rss_mb() -> float:
+    self_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    child_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return (self_kb + child_kb) / 1024.0
+
+
+def run_xlayer(path: str, limit: int | None) -> int:
+    """Decode the whole file into one polars table with the fast path; return rows."""
+    from parsers import read_capture
+
+    return read_capture(path).height
+
+
+def run_xlayer_stream(path: str, limit: int | None) -> int:
+    """Stream the file to Parquet with the fast path (bounded memory); return rows."""
+    import tempfile
+
+    from xlayer.ingest import ingest_to_parquet
+
+    with tempfile.TemporaryDirectory() as d:
+        return ingest_to_parquet(path, os.path.join(d, "out.parquet"), progress=False)
+
+
+def run_tshark(path: str, limit: int | None) -> int:
+    """tshark -T fields for the same columns, read into polars; return rows."""
+    from parsers.tshark import tshark_table
+
+    return tshark_table(path, COLUMNS).height
+
+
+def _dpkt_rows(path: str, limit: int | None):
+    import dpkt
+
+    with open(path, "rb") as fh:
+        rd = dpkt.pcap.UniversalReader(fh)
+        lt = rd.datalink()
+        for i, (ts, buf) in enumerate(rd):
+            if limit is not None and i >= limit:
+                break
+            row = {"frame": i + 1, "ts_ns": int(ts * 1e9), "caplen": len(buf)}
+            try:
+                if lt == 127:
+                    rt = dpkt.radiotap.Radiotap(buf)
+                    row["rate"] = getattr(rt, "rate", None) and rt.rate.val
+                    row["freq"] = getattr(rt, "channel", None) and rt.channel.freq
+                    row["signal"] = getattr(rt, "ant_sig", None) and rt.ant_sig.db
+                    w = rt.data
+                    row.update(wlan_type=w.type, wlan_subtype=w.subtype, wlan_retry=w.retry,
+                               wlan_duration=w.duration)
+                    if w.type == 2 and hasattr(w, "data_frame"):
+                        row["wlan_ra"] = w.data_frame.dst
+                        row["wlan_ta"] = w.data_frame.src
+                    pl = getattr(w, "data", None)
+                    ip = getattr(pl, "data", None) if pl is not None else None
+                else:
+                    eth = dpkt.ethernet.Ethernet(buf)
+                    row.update(eth_src=eth.src, eth_dst=eth.dst)
+                    ip = eth.data
+                if isinstance(ip, dpkt.ip.IP):
+                    row.update(ip_src=ip.src, ip_dst=ip.dst, ip_id=ip.id, ip_len=ip.len, ip_proto=ip.p)
+                    tcp = ip.data
+                    if isinstance(tcp, dpkt.tcp.TCP):
+                        row.update(sport=tcp.sport, dport=tcp.dport, tcp_seq=tcp.seq, tcp_ack=tcp.ack,
+                                   tcp_flags=tcp.flags, tcp_len=len(tcp.data), tcp_win=tcp.win)
+            except (dpkt.UnpackError, AttributeError, ValueError, TypeError, KeyError):
+                row["malformed"] = True
+            yield row
+
+
+def run_dpkt(path: str, limit: int | None) -> int:
+    """dpkt, one object per packet, rows collected into polars; return rows."""
+    import polars as pl
+
+    return pl.DataFrame(list(_dpkt_rows(path, limit)), infer_schema_length=None).height
+
+
+def run_scapy(path: str, limit: int | None) -> int:
+    """scapy on the first `limit` frames, fields collected into polars; return rows."""
+    import polars as pl
+    from scapy.all import IP, TCP, Dot11, PcapReader, RadioTap  # noqa: F401 - registers layers
+
+    rows = []
+    with PcapReader(path) as rd:
+        for i, p in enumerate(rd):
+            if limit is not None and i >= limit:
+                break
+            row = {"frame": i + 1, "ts": float(p.time)}
+            if p.haslayer(Dot11):
+                d = p[Dot11]
+                row.update(wlan_type=d.type, wlan_subtype=d.subtype, wlan_ra=d.addr1, wlan_ta=d.addr2)
+            if p.haslayer(IP):
+                ip = p[IP]
+                row.update(ip_src=ip.src, ip_dst=ip.dst, ip_id=ip.id)
+            if p.haslayer(TCP):
+                t = p[TCP]
+                row.update(sport=t.sport, dport=t.dport, tcp_seq=t.seq)
+            rows.append(row)
+    return pl.DataFrame(rows, infer_schema_length=None).height
+
+
+METHODS = {"xlayer": run_xlayer, "xlayer-stream": run_xlayer_stream, "tshark": run_tshark,
+           "dpkt": run_dpkt, "scapy": run_scapy}
+
+
+def child(method: str, path: str, limit: int | None) -> None:
+    """Run one method in this process and print a JSON line with rows, seconds and peak RSS."""
+    t0 = time.perf_counter()
+    rows = METHODS[method](path, limit)
+    dt = time.perf_counter() - t0
+    print(json.dumps({"rows": rows, "seconds": dt, "rss_mb": _peak_rss_mb()}))
+
+
+def measure(method: str, path: str, limit: int | None) -> dict:
+    """Run one method in a child process; return its JSON result."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", method, path]
+    if limit is not None:
+        cmd += ["--limit", str(limit)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=REPO).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> int:
+    """Run the benchmark and print the table; return the exit code."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("file")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per method (median is reported)")
+    ap.add_argument("--scapy-frames", type=int, default=20000, help="scapy reads only this many frames")
+    ap.add_argument("--skip", default="", help="comma-separated methods to leave out")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--limit", type=int, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(a.child, a.file, a.limit)
+        return 0
+    skip = set(filter(None, a.skip.split(",")))
+    size = os.path.getsize(a.file)
+    print(f"file: {a.file} ({size / 2**20:.1f} MiB), {a.repeat} run(s) per method, median shown")
+    results = {}
+    for m in METHODS:
+        if m in skip:
+            continue
+        limit = a.scapy_frames if m == "scapy" else None
+        runs = [measure(m, a.file, limit) for _ in range(a.repeat if m != "scapy" else 1)]
+        sec = statistics.median(r["seconds"] for r in runs)
+        results[m] = {"rows": runs[0]["rows"], "seconds": sec,
+                      "fps": runs[0]["rows"] / sec if sec > 0 else float("inf"),
+                      "rss_mb": max(r["rss_mb"] for r in runs)}
+        print(f"  measured {m}: {results[m]['rows']} rows in {sec:.2f} s", flush=True)
+    base = results.get("tshark", {}).get("fps")
+    print(f"\n{'method':<14} {'frames':>9} {'seconds':>8} {'frames/s':>12} {'x tshark':>9} {'peak RSS':>9}")
+    for m, r in results.items():
+        ratio = f"{r['fps'] / base:8.1f}x" if base else "       -"
+        note = " (subset)" if m == "scapy" else ""
+        print(f"{m:<14} {r['rows']:>9} {r['seconds']:>8.2f} {r['fps']:>12,.0f} {ratio:>9} "
+              f"{r['rss_mb']:>7.0f}MB{note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

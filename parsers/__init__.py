@@ -1,0 +1,24 @@
+"""Capture formats to columnar tables: pcap/pcapng, radiotap/802.11, Ethernet/IP/TCP, into polars.
+
+`read_capture(path)` returns a whole file as one polars table in the schema of `parsers.schema`;
+`iter_tables(path)` streams it in chunks with bounded memory. Imports nothing from `xlayer`.
+"""
+from __future__ import annotations
+
+_LAZY = {
+    "IngestStats": "ingest", "iter_tables": "ingest", "read_capture": "ingest",
+    "CaptureError": "records",
+}
+
+
+def __getattr__(name: str):
+    # Lazy, so that `import parsers.schema` does not pull in every decoder.
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'parsers' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{mod}", __name__), name)
+
+
+__all__ = sorted(_LAZY)

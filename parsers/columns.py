@@ -1,0 +1,192 @@
+"""Column builder: numpy arrays with validity masks, filled layer by layer, turned into a polars table."""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .schema import SACK_DTYPE, SCHEMA
+
+_NP = {
+    pl.Int64: np.int64, pl.UInt64: np.uint64, pl.UInt32: np.uint32, pl.UInt16: np.uint16,
+    pl.UInt8: np.uint8, pl.Int16: np.int16, pl.Int8: np.int8, pl.Float64: np.float64,
+    pl.Float32: np.float32, pl.Boolean: np.bool_,
+}
+# Which string columns hold MAC addresses (kept as 48-bit ints until the end).
+MAC_COLUMNS = frozenset({"wlan_ra", "wlan_ta", "wlan_da", "wlan_sa", "wlan_bssid", "eth_src", "eth_dst"})
+IP_COLUMNS = frozenset({"ip_src", "ip_dst"})
+
+
+def mac_text(v: int) -> str:
+    """Return a 48-bit integer as aa:bb:cc:dd:ee:ff."""
+    h = f"{v:012x}"
+    return ":".join(h[i:i + 2] for i in range(0, 12, 2))
+
+
+def escape_bytes(b: bytes) -> str:
+    """Return bytes as text: valid UTF-8 as is, other bytes and control characters as \\xNN."""
+    s = b.decode("utf-8", "backslashreplace")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in s):
+        s = "".join(f"\\x{ord(ch):02x}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch for ch in s)
+    return s
+
+
+def _ip_text(hi: int, lo: int, version: int) -> str:
+    import ipaddress
+    if version == 4:
+        return str(ipaddress.IPv4Address(int(lo) & 0xFFFFFFFF))
+    return str(ipaddress.IPv6Address((int(hi) << 64) | int(lo)))
+
+
+class ColumnBuilder:
+    """Per-chunk column store: each column is a values array and a validity mask, written by row index."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self._vals: dict[str, np.ndarray] = {}
+        self._mask: dict[str, np.ndarray] = {}
+        self._obj: dict[str, dict[int, object]] = {}
+        self._malformed = np.zeros(n, dtype=np.int32)  # index into self._reasons, 0 = none
+        self._reasons: list[str] = [""]
+        self._reason_idx: dict[str, int] = {}
+        self.deferred = np.zeros(n, dtype=bool)
+
+    # -- writing --------------------------------------------------------------
+    def _arr(self, name: str, dtype) -> tuple[np.ndarray, np.ndarray]:
+        v = self._vals.get(name)
+        if v is None:
+            v = self._vals[name] = np.zeros(self.n, dtype=dtype)
+            self._mask[name] = np.zeros(self.n, dtype=bool)
+        return v, self._mask[name]
+
+    def put(self, name: str, rows: np.ndarray, values) -> None:
+        """Set a numeric/boolean column (or MAC as 48-bit ints, IPv4 as 32-bit ints) at rows."""
+        if name in MAC_COLUMNS:
+            dtype = np.uint64
+        else:
+            dtype = _NP[SCHEMA[name].base_type()] if name not in IP_COLUMNS else np.uint64
+        v, m = self._arr(name, dtype)
+        v[rows] = values
+        m[rows] = True
+
+    def put_ip(self, name: str, rows: np.ndarray, hi: np.ndarray, lo: np.ndarray, version: int) -> None:
+        """Set an IP address column: IPv4 in lo (hi ignored), IPv6 as two big-endian 64-bit halves."""
+        v, m = self._arr(name, np.uint64)
+        h, _ = self._arr(name + "#hi", np.uint64)
+        ver, _ = self._arr(name + "#ver", np.uint8)
+        v[rows] = lo
+        h[rows] = hi if version == 6 else 0
+        ver[rows] = version
+        m[rows] = True
+
+    def put_obj(self, name: str, row: int, value) -> None:
+        """Set one cell of a string or list column (SSID, bitmap, SACK) at a single row."""
+        self._obj.setdefault(name, {})[int(row)] = value
+
+    def clear(self, name: str, rows: np.ndarray) -> None:
+        """Make a column null at rows."""
+        if name in self._mask:
+            self._mask[name][rows] = False
+        if name in self._obj:
+            d = self._obj[name]
+            for r in np.asarray(rows).tolist():
+                d.pop(r, None)
+
+    def clear_rows(self, rows: np.ndarray) -> None:
+        """Make every decoded column null at rows (before the reference decoder refills them)."""
+        for name in list(self._mask):
+            if "#" not in name:
+                self._mask[name][rows] = False
+        for d in self._obj.values():
+            for r in np.asarray(rows).tolist():
+                d.pop(r, None)
+        self._malformed[rows] = 0
+
+    def malformed(self, rows: np.ndarray, reason: str) -> None:
+        """Mark rows malformed with a reason; the first reason given for a row is kept."""
+        if len(rows) == 0:
+            return
+        idx = self._reason_idx.get(reason)
+        if idx is None:
+            idx = self._reason_idx[reason] = len(self._reasons)
+            self._reasons.append(reason)
+        cur = self._malformed[rows]
+        self._malformed[rows] = np.where(cur == 0, idx, cur)
+
+    def defer(self, rows: np.ndarray) -> None:
+        """Hand rows to the per-frame reference decoder."""
+        self.deferred[rows] = True
+
+    # -- reading back ---------------------------------------------------------
+    def get(self, name: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """Return (values, mask) of a column, or None if nothing was written."""
+        if name not in self._vals:
+            return None
+        return self._vals[name], self._mask[name]
+
+    def malformed_count(self) -> int:
+        """Return how many rows carry a malformed reason."""
+        return int(np.count_nonzero(self._malformed))
+
+    # -- output ---------------------------------------------------------------
+    def to_arrow(self, base: dict[str, np.ndarray]) -> pa.Table:
+        """Return the chunk as an Arrow table in schema order; base holds the container columns."""
+        arrays = []
+        for name, dtype in SCHEMA.items():
+            arrays.append(self._column(name, dtype, base))
+        return pa.table(arrays, names=list(SCHEMA))
+
+    def _column(self, name: str, dtype, base) -> pa.Array:
+        n = self.n
+        if name in base:
+            return pa.array(base[name], type=_arrow_type(dtype))
+        if name == "malformed":
+            if not self._malformed.any():
+                return pa.nulls(n, pa.string())
+            reasons = pa.array([None] + self._reasons[1:], pa.string())
+            return pc.take(reasons, pa.array(self._malformed))
+        if name in MAC_COLUMNS or name in IP_COLUMNS:
+            return self._text_column(name)
+        if name in self._obj or dtype == SACK_DTYPE:
+            d = self._obj.get(name, {})
+            vals = [None] * n
+            for r, v in d.items():
+                vals[r] = v
+            return pa.array(vals, type=_arrow_type(dtype))
+        got = self.get(name)
+        if got is None:
+            return pa.nulls(n, _arrow_type(dtype))
+        v, m = got
+        if not m.any():
+            return pa.nulls(n, _arrow_type(dtype))
+        return pa.array(v, type=_arrow_type(dtype), mask=~m)
+
+    def _text_column(self, name: str) -> pa.Array:
+        got = self.get(name)
+        if got is None or not got[1].any():
+            return pa.nulls(self.n, pa.string())
+        v, m = got
+        if name in MAC_COLUMNS:
+            uniq, inv = np.unique(v[m], return_inverse=True)
+            texts = pa.array([mac_text(int(u)) for u in uniq], pa.string())
+        else:
+            hi = self._vals[name + "#hi"][m]
+            ver = self._vals[name + "#ver"][m]
+            key = np.stack([ver.astype(np.uint64), hi, v[m]], axis=1)
+            uniq, inv = np.unique(key, axis=0, return_inverse=True)
+            texts = pa.array([_ip_text(int(h), int(lo), int(vv)) for vv, h, lo in uniq], pa.string())
+        idx = np.full(self.n, -1, dtype=np.int64)
+        idx[m] = inv.reshape(-1)
+        return pc.take(texts, pa.array(idx, mask=~m))
+
+
+def _arrow_type(dtype) -> pa.DataType:
+    return pl.Series("x", [], dtype=dtype).to_arrow().type
+
+
+def to_polars(table: pa.Table) -> pl.DataFrame:
+    """Return an Arrow chunk as a polars frame with the exact schema dtypes."""
+    df = pl.from_arrow(table, rechunk=False)
+    assert isinstance(df, pl.DataFrame)
+    return df.cast(SCHEMA)  # type: ignore[arg-type]

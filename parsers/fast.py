@@ -1,0 +1,112 @@
+"""The vectorized decoder: a chunk of records in, an Arrow table in the packet schema out."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from . import registry
+from .columns import IP_COLUMNS, MAC_COLUMNS, ColumnBuilder
+from .records import RecordChunk
+from .reference import decode_record
+from .span import KIND_DOT11, Span, concat
+
+
+def _guarded(fn, buf: np.ndarray, span: Span, out: ColumnBuilder, layer: str) -> Span | None:
+    """Run one layer decoder; a bug in it marks its rows malformed instead of killing the file."""
+    try:
+        return fn(buf, span, out)
+    except Exception as exc:  # noqa: BLE001 - untrusted input must never surface a traceback
+        out.malformed(span.rows, f"internal error in {layer} decoder: {type(exc).__name__}: {exc}")
+        return None
+
+
+def _spans(result) -> list[Span]:
+    if result is None:
+        return []
+    if isinstance(result, Span):
+        return [result] if len(result) else []
+    return [s for s in result if len(s)]
+
+
+def _dispatch(buf, span: Span, table: dict, out: ColumnBuilder, layer: str) -> list[Span]:
+    """Run the decoder registered for each distinct kind in the span; return what they hand on."""
+    nxt: list[Span] = []
+    if not len(span):
+        return nxt
+    for kind in np.unique(span.kind).tolist():
+        fn = table.get(int(kind))
+        if fn is None:
+            continue
+        nxt += _spans(_guarded(fn, buf, span.take(span.kind == kind), out, f"{layer} {kind:#x}"))
+    return nxt
+
+
+def decode_chunk(chunk: RecordChunk) -> tuple[pa.Table, int]:
+    """Return the chunk decoded as an Arrow table, and how many rows went to the reference decoder."""
+    n = len(chunk)
+    out = ColumnBuilder(n)
+    buf = chunk.data
+    start = chunk.offset.astype(np.int64)
+    end = start + chunk.caplen
+    claimed = np.maximum(start + chunk.wirelen, end)
+    span = Span(np.arange(n, dtype=np.int64), start, end, claimed,
+                chunk.linktype.astype(np.int64), chunk.caplen < chunk.wirelen)
+
+    unknown = ~np.isin(span.kind, np.fromiter(registry.LINK_DECODERS, np.int64))
+    for lt in np.unique(span.kind[unknown]).tolist():
+        out.malformed(span.rows[span.kind == lt],
+                      f"link type {lt} ({registry.linktype_name(lt)}) is not decoded")
+
+    linked = _dispatch(buf, span, registry.LINK_DECODERS, out, "link")
+    net = [s for s in linked if not (s.kind == KIND_DOT11).all()]
+    mac = [s for s in linked if (s.kind == KIND_DOT11).all()]
+    mixed = [s for s in net if (s.kind == KIND_DOT11).any()]
+    for s in mixed:  # a link decoder handing on both 802.11 and network rows
+        net.remove(s)
+        mac.append(s.take(s.kind == KIND_DOT11))
+        net.append(s.take(s.kind != KIND_DOT11))
+    if mac:
+        net += _spans(_guarded(registry.DOT11_DECODER, buf, concat(mac), out, "802.11"))
+    transport = _dispatch(buf, concat(net), registry.NET_DECODERS, out, "network")
+    _dispatch(buf, concat(transport), registry.TRANSPORT_DECODERS, out, "transport")
+
+    deferred = np.flatnonzero(out.deferred)
+    if len(deferred):
+        _refill(chunk, deferred, out)
+    base = {
+        "frame": chunk.frame, "ts_ns": chunk.ts_ns, "caplen": chunk.caplen, "wirelen": chunk.wirelen,
+        "linktype": chunk.linktype, "iface": chunk.iface,
+    }
+    return out.to_arrow(base), len(deferred)
+
+
+def _refill(chunk: RecordChunk, rows: np.ndarray, out: ColumnBuilder) -> None:
+    """Decode rows the fast path passed down with the reference decoder and write them back."""
+    out.clear_rows(rows)
+    for r in rows.tolist():
+        o = int(chunk.offset[r])
+        data = bytes(chunk.data[o:o + int(chunk.caplen[r])])
+        row = decode_record(data, int(chunk.linktype[r]), int(chunk.wirelen[r]))
+        write_row(out, r, row)
+
+
+def write_row(out: ColumnBuilder, r: int, row: dict) -> None:
+    """Write one reference-decoded row (final Python values) into the column builder."""
+    import ipaddress
+
+    idx = np.array([r], dtype=np.int64)
+    for name, value in row.items():
+        if value is None:
+            continue
+        if name == "malformed":
+            out.malformed(idx, str(value))
+        elif name in MAC_COLUMNS:
+            out.put(name, idx, int(str(value).replace(":", ""), 16))
+        elif name in IP_COLUMNS:
+            a = ipaddress.ip_address(value)
+            v = int(a)
+            out.put_ip(name, idx, np.uint64(v >> 64), np.uint64(v & (2**64 - 1)), a.version)
+        elif isinstance(value, (str, list, bytes)):
+            out.put_obj(name, r, value)
+        else:
+            out.put(name, idx, value)

@@ -1,0 +1,134 @@
+"""Capture files to packet tables: streaming chunks, counts of everything read, decoder choice."""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import polars as pl
+
+from .columns import to_polars
+from .containers import open_capture
+from .fast import decode_chunk
+from .records import RecordChunk
+from .reference import decode_record
+from .schema import SCHEMA
+
+DECODERS = ("fast", "reference")
+
+
+@dataclass
+class IngestStats:
+    """What reading one file found: every record is either decoded, malformed-marked, or skipped."""
+
+    path: str = ""
+    format: str = ""
+    file_bytes: int = 0
+    records: int = 0            # rows produced
+    decoded: int = 0            # rows with no malformed reason
+    malformed: int = 0          # rows with a malformed reason
+    fallback: int = 0           # rows the fast path passed to the reference decoder
+    skipped_bytes: int = 0      # bytes of the file not turned into rows
+    truncated_tail: bool = False
+    error: str | None = None    # why reading stopped before the end of the file
+    first_ts_ns: int | None = None
+    last_ts_ns: int | None = None
+    linktypes: Counter = field(default_factory=Counter)
+    malformed_reasons: Counter = field(default_factory=Counter)
+    rt_layouts: Counter = field(default_factory=Counter)
+    interfaces: list[dict] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        """Return the counts as plain JSON-able values."""
+        d = asdict(self)
+        for k in ("linktypes", "malformed_reasons", "rt_layouts"):
+            d[k] = {str(a): b for a, b in getattr(self, k).most_common()}
+        return d
+
+
+def _reference_table(chunk: RecordChunk) -> pl.DataFrame:
+    rows = []
+    for r in range(len(chunk)):
+        o = int(chunk.offset[r])
+        row = decode_record(bytes(chunk.data[o:o + int(chunk.caplen[r])]), int(chunk.linktype[r]),
+                            int(chunk.wirelen[r]))
+        row.update(frame=int(chunk.frame[r]), ts_ns=int(chunk.ts_ns[r]), caplen=int(chunk.caplen[r]),
+                   wirelen=int(chunk.wirelen[r]), linktype=int(chunk.linktype[r]),
+                   iface=int(chunk.iface[r]))
+        rows.append(row)
+    return pl.DataFrame(rows, schema=SCHEMA, orient="row") if rows else pl.DataFrame(schema=SCHEMA)
+
+
+def _account(stats: IngestStats, chunk: RecordChunk, df: pl.DataFrame) -> None:
+    n = len(chunk)
+    stats.records += n
+    if n == 0:
+        return
+    bad = df.get_column("malformed").drop_nulls()
+    stats.malformed += len(bad)
+    stats.decoded += n - len(bad)
+    if len(bad):
+        stats.malformed_reasons.update(bad.to_list())
+    lts, counts = np.unique(chunk.linktype, return_counts=True)
+    stats.linktypes.update(dict(zip(lts.tolist(), counts.tolist())))
+    lay = df.get_column("rt_layout").drop_nulls()
+    if len(lay):
+        vc = lay.value_counts()
+        stats.rt_layouts.update(dict(zip(vc[:, 0].to_list(), vc[:, 1].to_list())))
+    lo, hi = int(chunk.ts_ns.min()), int(chunk.ts_ns.max())
+    stats.first_ts_ns = lo if stats.first_ts_ns is None else min(stats.first_ts_ns, lo)
+    stats.last_ts_ns = hi if stats.last_ts_ns is None else max(stats.last_ts_ns, hi)
+
+
+def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int = 16 << 20,
+                stats: IngestStats | None = None,
+                progress: Callable[[int], None] | None = None) -> Iterator[pl.DataFrame]:
+    """Yield the capture as packet tables of about chunk_bytes of records each; fill stats as it goes.
+
+    Raises records.CaptureError when the file is not a capture we can read at all.
+    """
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {DECODERS}, not {decoder!r}")
+    stats = stats if stats is not None else IngestStats()
+    stats.path = os.fspath(path)
+    with open_capture(path, chunk_bytes=chunk_bytes) as cap:
+        stats.format = cap.format
+        stats.file_bytes = cap.size
+        done = 0
+        for chunk in cap.chunks():
+            if decoder == "fast":
+                table, nfall = decode_chunk(chunk)
+                df = to_polars(table)
+                stats.fallback += nfall
+            else:
+                df = _reference_table(chunk)
+            _account(stats, chunk, df)
+            if progress is not None and len(chunk):
+                pos = int(chunk.offset[-1] + chunk.caplen[-1])
+                progress(pos - done)
+                done = pos
+            yield df
+        cs = cap.stats
+        stats.skipped_bytes = cs.skipped_bytes
+        stats.truncated_tail = cs.truncated_tail
+        stats.error = cs.error
+        stats.warnings = list(cs.warnings)
+        stats.interfaces = [
+            {"id": i, "linktype": itf.linktype, "snaplen": itf.snaplen, "name": itf.name,
+             "description": itf.description}
+            for i, itf in enumerate(cap.interfaces)
+        ]
+        if progress is not None and cap.size > done:
+            progress(cap.size - done)
+
+
+def read_capture(path: str | os.PathLike, decoder: str = "fast", stats: IngestStats | None = None,
+                 chunk_bytes: int = 16 << 20) -> pl.DataFrame:
+    """Return the whole capture as one packet table (decoder 'fast' or 'reference')."""
+    parts = list(iter_tables(path, decoder=decoder, chunk_bytes=chunk_bytes, stats=stats))
+    if not parts:
+        return pl.DataFrame(schema=SCHEMA)
+    return pl.concat(parts, rechunk=False)

@@ -1,0 +1,54 @@
+"""The hand-off between layer decoders: which rows continue, where their next layer's bytes lie."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Span:
+    """Rows of a chunk whose next layer starts at `start`.
+
+    `end` is where the captured bytes of this layer stop (exclusive, absolute offset in the buffer);
+    `claimed` is where the enclosing header says they stop (larger than `end` when the snap length cut
+    the frame). `kind` names what the bytes are: an EtherType for network layers (0x0800, 0x86DD, ...),
+    an IP protocol number for transport layers. `cut` is True where the record was cut by the snap
+    length (caplen < wirelen): missing bytes there are expected, not malformed.
+    """
+
+    rows: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    claimed: np.ndarray
+    kind: np.ndarray
+    cut: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def take(self, mask: np.ndarray) -> "Span":
+        """Return the sub-span where mask is True."""
+        return Span(self.rows[mask], self.start[mask], self.end[mask], self.claimed[mask],
+                    self.kind[mask], self.cut[mask])
+
+    def moved(self, start: np.ndarray, kind: np.ndarray | None = None, end: np.ndarray | None = None,
+              claimed: np.ndarray | None = None) -> "Span":
+        """Return the same rows with a new start (and optionally kind/end/claimed)."""
+        return Span(self.rows, start, self.end if end is None else end,
+                    self.claimed if claimed is None else claimed,
+                    self.kind if kind is None else kind, self.cut)
+
+
+def concat(spans: list[Span]) -> Span:
+    """Return one span holding the rows of several."""
+    if not spans:
+        z = np.zeros(0, np.int64)
+        return Span(z, z, z, z, z, np.zeros(0, bool))
+    return Span(*(np.concatenate([getattr(s, f) for s in spans])
+                  for f in ("rows", "start", "end", "claimed", "kind", "cut")))
+
+
+# `kind` codes for link payloads that are not EtherTypes.
+KIND_DOT11 = -1       # an 802.11 MAC frame
+KIND_NONE = -2        # nothing decodable follows

@@ -1,0 +1,57 @@
+"""Shared test fixtures: where the third-party corpus lives, and which of its files are captures."""
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus"
+CAPTURE_SUFFIXES = (".pcap", ".pcapng", ".cap", ".dump")
+
+
+def corpus_or_skip() -> Path:
+    """Return the corpus folder, or skip the test saying it is absent."""
+    if not (CORPUS / "MANIFEST.tsv").exists():
+        pytest.skip(f"third-party corpus not found at {CORPUS} (tests read it in place from ../shared)")
+    return CORPUS
+
+
+def tshark_or_skip() -> str:
+    """Return the tshark path, or skip the test saying it is missing."""
+    path = shutil.which("tshark")
+    if path is None:
+        pytest.skip("tshark is not installed (apt-get install tshark)")
+    return path
+
+
+def manifest() -> list[dict]:
+    """Return MANIFEST.tsv rows (empty if the corpus is absent)."""
+    p = CORPUS / "MANIFEST.tsv"
+    if not p.exists():
+        return []
+    with p.open(newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+def capture_files(include_malformed: bool = True) -> list[str]:
+    """Return corpus-relative paths of every capture file listed in the manifest."""
+    out = []
+    for row in manifest():
+        f = row["file"]
+        if "/vectors/" in f or f.startswith("host/") or not f.endswith(CAPTURE_SUFFIXES):
+            continue
+        if not include_malformed and "/malformed/" in f:
+            continue
+        out.append(f)
+    return out
+
+
+def tshark_refuses(rel: str) -> bool:
+    """Return True if the manifest says tshark cannot open the file."""
+    for row in manifest():
+        if row["file"] == rel:
+            return "FAILS to open" in row.get("notes", "")
+    return False

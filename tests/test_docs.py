@@ -1,0 +1,24 @@
+"""The README's promises: the schema table is the generated one, the quick start is two commands."""
+from __future__ import annotations
+
+import re
+
+from parsers.schema import markdown_table
+
+from .conftest import REPO
+
+
+def test_readme_schema_table_is_generated_from_schema() -> None:
+    text = (REPO / "README.md").read_text()
+    block = text.split("<!-- schema:begin -->")[1].split("<!-- schema:end -->")[0].strip()
+    assert block == markdown_table(), "README schema table is stale: run python -m parsers.schema"
+
+
+def test_quick_start_is_two_commands_and_ci_runs_the_second() -> None:
+    text = (REPO / "README.md").read_text()
+    section = text.split("## Quick start", 1)[1]
+    block = re.search(r"```\w*\n(.*?)```", section, re.S).group(1)
+    lines = [ln for ln in block.splitlines() if ln.strip()]
+    assert len(lines) == 2
+    assert lines[1] in (REPO / ".ci" / "run").read_text()
+    assert "samples/" in lines[0]

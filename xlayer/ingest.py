@@ -1,0 +1,76 @@
+"""Capture files to Parquet: streaming, with a progress bar, leaving a valid file or none."""
+from __future__ import annotations
+
+import os
+
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from parsers.ingest import IngestStats, iter_tables
+from parsers.schema import SCHEMA
+
+
+def _bar(total: int, enabled: bool, desc: str):
+    # tqdm disables itself when stderr is not a terminal (disable=None); small files need no bar.
+    return tqdm(total=total, unit="B", unit_scale=True, desc=desc, leave=False,
+                disable=None if enabled and total > (64 << 20) else True)
+
+
+def ingest_to_parquet(path: str | os.PathLike, output: str | os.PathLike, decoder: str = "fast",
+                      stats: IngestStats | None = None, progress: bool = True) -> int:
+    """Write a capture's packet table to Parquet; return the number of rows written.
+
+    Interrupted (KeyboardInterrupt or any BaseException), the rows written so far are closed into a
+    valid Parquet file before the exception goes on. On a write error (disk full), no file is left.
+    """
+    stats = stats if stats is not None else IngestStats()
+    output = os.fspath(output)
+    if decoder == "tshark":
+        from parsers.tshark import tshark_table
+
+        df = tshark_table(path)
+        stats.records = stats.decoded = df.height
+        df.write_parquet(output)
+        return df.height
+    size = os.path.getsize(path)
+    writer = None
+    rows = 0
+    try:
+        with _bar(size, progress, os.path.basename(os.fspath(path))) as bar:
+            for df in iter_tables(path, decoder=decoder, stats=stats, progress=bar.update):
+                table = df.to_arrow()
+                if writer is None:
+                    writer = pq.ParquetWriter(output, table.schema, compression="zstd")
+                writer.write_table(table)
+                rows += df.height
+        if writer is None:
+            from parsers.schema import empty_frame
+
+            empty_frame().write_parquet(output)
+    except OSError:
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError:
+                pass
+            writer = None
+        if os.path.exists(output):
+            os.unlink(output)
+        raise
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows
+
+
+def scan_stats(path: str | os.PathLike, decoder: str = "fast", progress: bool = True) -> IngestStats:
+    """Return the counts of a full decoding pass over a capture, keeping no table."""
+    stats = IngestStats()
+    size = os.path.getsize(path)
+    with _bar(size, progress, os.path.basename(os.fspath(path))) as bar:
+        for _ in iter_tables(path, decoder=decoder, stats=stats, progress=bar.update):
+            pass
+    return stats
+
+
+__all__ = ["ingest_to_parquet", "scan_stats", "SCHEMA"]
