@@ -8,6 +8,7 @@ from __future__ import annotations
 _LAZY = {
     "IngestStats": "ingest", "iter_tables": "ingest", "read_capture": "ingest",
     "CaptureError": "records",
+    "read_ss": "ss", "read_tcpinfo_jsonl": "tcpinfo", "read_iperf3_json": "iperf3", "read_flent": "iperf3",
 }
 
 

@@ -32,13 +32,6 @@ def escape_bytes(b: bytes) -> str:
     return s
 
 
-def _ip_text(hi: int, lo: int, version: int) -> str:
-    import ipaddress
-    if version == 4:
-        return str(ipaddress.IPv4Address(int(lo) & 0xFFFFFFFF))
-    return str(ipaddress.IPv6Address((int(hi) << 64) | int(lo)))
-
-
 class ColumnBuilder:
     """Per-chunk column store: each column is a values array and a validity mask, written by row index."""
 
@@ -47,6 +40,8 @@ class ColumnBuilder:
         self._vals: dict[str, np.ndarray] = {}
         self._mask: dict[str, np.ndarray] = {}
         self._obj: dict[str, dict[int, object]] = {}
+        self._codes: dict[str, np.ndarray] = {}        # string columns: code per row, -1 = null
+        self._vocab: dict[str, dict[str, int]] = {}
         self._malformed = np.zeros(n, dtype=np.int32)  # index into self._reasons, 0 = none
         self._reasons: list[str] = [""]
         self._reason_idx: dict[str, int] = {}
@@ -80,14 +75,44 @@ class ColumnBuilder:
         ver[rows] = version
         m[rows] = True
 
+    def _code(self, name: str, text: str) -> int:
+        vocab = self._vocab.setdefault(name, {})
+        code = vocab.get(text)
+        if code is None:
+            code = vocab[text] = len(vocab)
+        return code
+
+    def _code_array(self, name: str) -> np.ndarray:
+        c = self._codes.get(name)
+        if c is None:
+            c = self._codes[name] = np.full(self.n, -1, dtype=np.int32)
+        return c
+
+    def put_text(self, name: str, rows: np.ndarray, text: str) -> None:
+        """Set a string column to the same text at every one of rows."""
+        self._code_array(name)[rows] = self._code(name, text)
+
+    def put_objs(self, name: str, rows: np.ndarray, values: list) -> None:
+        """Set a string or list column at rows, one value per row."""
+        if SCHEMA[name] == pl.Utf8:
+            codes = self._code_array(name)
+            codes[rows] = np.fromiter((self._code(name, v) for v in values), np.int32, len(values))
+        else:
+            self._obj.setdefault(name, {}).update(zip(np.asarray(rows).tolist(), values))
+
     def put_obj(self, name: str, row: int, value) -> None:
         """Set one cell of a string or list column (SSID, bitmap, SACK) at a single row."""
-        self._obj.setdefault(name, {})[int(row)] = value
+        if SCHEMA[name] == pl.Utf8:
+            self._code_array(name)[int(row)] = self._code(name, value)
+        else:
+            self._obj.setdefault(name, {})[int(row)] = value
 
     def clear(self, name: str, rows: np.ndarray) -> None:
         """Make a column null at rows."""
         if name in self._mask:
             self._mask[name][rows] = False
+        if name in self._codes:
+            self._codes[name][rows] = -1
         if name in self._obj:
             d = self._obj[name]
             for r in np.asarray(rows).tolist():
@@ -98,6 +123,8 @@ class ColumnBuilder:
         for name in list(self._mask):
             if "#" not in name:
                 self._mask[name][rows] = False
+        for c in self._codes.values():
+            c[rows] = -1
         for d in self._obj.values():
             for r in np.asarray(rows).tolist():
                 d.pop(r, None)
@@ -131,7 +158,10 @@ class ColumnBuilder:
 
     # -- output ---------------------------------------------------------------
     def to_arrow(self, base: dict[str, np.ndarray]) -> pa.Table:
-        """Return the chunk as an Arrow table in schema order; base holds the container columns."""
+        """Return the chunk as an Arrow table in schema order.
+
+        base holds the container columns: an array each, or (values, validity) where some are null.
+        """
         arrays = []
         for name, dtype in SCHEMA.items():
             arrays.append(self._column(name, dtype, base))
@@ -140,7 +170,9 @@ class ColumnBuilder:
     def _column(self, name: str, dtype, base) -> pa.Array:
         n = self.n
         if name in base:
-            return pa.array(base[name], type=_arrow_type(dtype))
+            values, valid = base[name] if isinstance(base[name], tuple) else (base[name], None)
+            return _from_numpy(np.asarray(values).astype(_NP[dtype.base_type()], copy=False), valid,
+                               _arrow_type(dtype))
         if name == "malformed":
             if not self._malformed.any():
                 return pa.nulls(n, pa.string())
@@ -148,41 +180,79 @@ class ColumnBuilder:
             return pc.take(reasons, pa.array(self._malformed))
         if name in MAC_COLUMNS or name in IP_COLUMNS:
             return self._text_column(name)
+        if name in self._codes:
+            codes = self._codes[name]
+            vocab = pa.array(list(self._vocab[name]), pa.string())
+            return pc.take(vocab, pa.array(codes, mask=codes < 0))
         if name in self._obj or dtype == SACK_DTYPE:
-            d = self._obj.get(name, {})
-            vals = [None] * n
-            for r, v in d.items():
-                vals[r] = v
-            return pa.array(vals, type=_arrow_type(dtype))
+            d = self._obj.get(name)
+            if not d:
+                return pa.nulls(n, _arrow_type(dtype))
+            # Sparse: build the few values, then spread them with a null-masked gather.
+            rows = np.fromiter(d.keys(), np.int64, len(d))
+            values = pa.array(list(d.values()), type=_arrow_type(dtype))
+            idx = np.zeros(n, dtype=np.int64)
+            idx[rows] = np.arange(len(d))
+            present = np.zeros(n, dtype=bool)
+            present[rows] = True
+            return pc.take(values, pa.array(idx, mask=~present))
         got = self.get(name)
         if got is None:
             return pa.nulls(n, _arrow_type(dtype))
         v, m = got
         if not m.any():
             return pa.nulls(n, _arrow_type(dtype))
-        return pa.array(v, type=_arrow_type(dtype), mask=~m)
+        return _from_numpy(v, m, _arrow_type(dtype))
 
     def _text_column(self, name: str) -> pa.Array:
         got = self.get(name)
         if got is None or not got[1].any():
             return pa.nulls(self.n, pa.string())
         v, m = got
+        # Hash-encode the distinct addresses (a capture has few), format each once, then gather.
         if name in MAC_COLUMNS:
-            uniq, inv = np.unique(v[m], return_inverse=True)
-            texts = pa.array([mac_text(int(u)) for u in uniq], pa.string())
+            enc = pc.dictionary_encode(pa.array(v, mask=~m))
+            texts = pa.array([mac_text(u) for u in enc.dictionary.to_pylist()], pa.string())
         else:
-            hi = self._vals[name + "#hi"][m]
-            ver = self._vals[name + "#ver"][m]
-            key = np.stack([ver.astype(np.uint64), hi, v[m]], axis=1)
-            uniq, inv = np.unique(key, axis=0, return_inverse=True)
-            texts = pa.array([_ip_text(int(h), int(lo), int(vv)) for vv, h, lo in uniq], pa.string())
-        idx = np.full(self.n, -1, dtype=np.int64)
-        idx[m] = inv.reshape(-1)
-        return pc.take(texts, pa.array(idx, mask=~m))
+            key = np.empty((self.n, 17), dtype=np.uint8)
+            key[:, 0] = self._vals[name + "#ver"]
+            key[:, 1:9] = self._vals[name + "#hi"].astype(">u8").view(np.uint8).reshape(-1, 8)
+            key[:, 9:] = v.astype(">u8").view(np.uint8).reshape(-1, 8)
+            keys = pa.FixedSizeBinaryArray.from_buffers(
+                pa.binary(17), self.n, [pa.py_buffer(np.packbits(m, bitorder="little")),
+                                        pa.py_buffer(key.tobytes())])
+            enc = pc.dictionary_encode(keys)
+            texts = pa.array([_ip_key_text(k) for k in enc.dictionary.to_pylist()], pa.string())
+        return pc.take(texts, enc.indices)
+
+
+def _ip_key_text(k: bytes) -> str:
+    import ipaddress
+
+    if k[0] == 4:
+        return str(ipaddress.IPv4Address(k[13:17]))
+    return str(ipaddress.IPv6Address(k[1:17]))
+
+
+def _from_numpy(values: np.ndarray, valid: np.ndarray | None, atype: pa.DataType) -> pa.Array:
+    """Return an Arrow array over numpy values and a validity mask, packing bits only (no copy)."""
+    n = len(values)
+    bitmap = None if valid is None or valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    if atype == pa.bool_():
+        data = pa.py_buffer(np.packbits(values.astype(bool, copy=False), bitorder="little"))
+    else:
+        data = pa.py_buffer(np.ascontiguousarray(values))
+    return pa.Array.from_buffers(atype, n, [bitmap, data])
+
+
+_ARROW_TYPES: dict = {}
 
 
 def _arrow_type(dtype) -> pa.DataType:
-    return pl.Series("x", [], dtype=dtype).to_arrow().type
+    t = _ARROW_TYPES.get(dtype)
+    if t is None:
+        t = _ARROW_TYPES[dtype] = pl.Series("x", [], dtype=dtype).to_arrow().type
+    return t
 
 
 def to_polars(table: pa.Table) -> pl.DataFrame:

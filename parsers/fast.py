@@ -74,7 +74,8 @@ def decode_chunk(chunk: RecordChunk) -> tuple[pa.Table, int]:
     if len(deferred):
         _refill(chunk, deferred, out)
     base = {
-        "frame": chunk.frame, "ts_ns": chunk.ts_ns, "caplen": chunk.caplen, "wirelen": chunk.wirelen,
+        "frame": chunk.frame,
+        "ts_ns": chunk.ts_ns if chunk.has_ts is None else (chunk.ts_ns, chunk.has_ts), "caplen": chunk.caplen, "wirelen": chunk.wirelen,
         "linktype": chunk.linktype, "iface": chunk.iface,
     }
     return out.to_arrow(base), len(deferred)

@@ -7,38 +7,60 @@ from __future__ import annotations
 
 import numpy as np
 
+_OFFS = {k: np.arange(k, dtype=np.int64) for k in range(1, 9)}
+_LE = {1: "u1", 2: "<u2", 3: "<u4", 4: "<u4", 5: "<u8", 6: "<u8", 7: "<u8", 8: "<u8"}
+_BE = {1: "u1", 2: ">u2", 3: ">u4", 4: ">u4", 5: ">u8", 6: ">u8", 7: ">u8", 8: ">u8"}
 
-def _at(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
+
+def _bytes(buf: np.ndarray, pos: np.ndarray, size: int, width: int, pad_front: bool) -> np.ndarray:
+    """Return an (n, width) uint8 matrix: `size` bytes at each position, zero-padded to width."""
+    p = np.asarray(pos, dtype=np.int64)
+    n = len(p)
+    out = np.zeros((n, width), dtype=np.uint8)
+    if n == 0 or len(buf) == 0:
+        return out
+    # One clip on the start position and one gather: far cheaper than a gather per byte.
+    start = np.clip(p, 0, max(len(buf) - size, 0))
+    idx = start[:, None] + _OFFS[size][None, :]
+    np.minimum(idx, len(buf) - 1, out=idx)
+    if pad_front:
+        out[:, width - size:] = buf[idx]
+    else:
+        out[:, :size] = buf[idx]
+    return out
+
+
+def u8(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Return the byte at each position as uint64."""
     p = np.asarray(pos, dtype=np.int64)
     if len(buf) == 0:
         return np.zeros(len(p), dtype=np.uint64)
     return buf[np.clip(p, 0, len(buf) - 1)].astype(np.uint64)
 
 
-def u8(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """Return the byte at each position as uint64."""
-    return _at(buf, pos)
-
-
 def ule(buf: np.ndarray, pos: np.ndarray, size: int) -> np.ndarray:
     """Return the little-endian unsigned integer of `size` bytes at each position."""
-    out = _at(buf, pos)
-    for k in range(1, size):
-        out |= _at(buf, pos + k) << np.uint64(8 * k)
-    return out
+    if size == 1:
+        return u8(buf, pos)
+    width = np.dtype(_LE[size]).itemsize
+    m = _bytes(buf, pos, size, width, pad_front=False)
+    return m.view(_LE[size]).reshape(-1).astype(np.uint64)
 
 
 def ube(buf: np.ndarray, pos: np.ndarray, size: int) -> np.ndarray:
     """Return the big-endian unsigned integer of `size` bytes at each position."""
-    out = _at(buf, pos)
-    for k in range(1, size):
-        out = (out << np.uint64(8)) | _at(buf, pos + k)
-    return out
+    if size == 1:
+        return u8(buf, pos)
+    width = np.dtype(_BE[size]).itemsize
+    m = _bytes(buf, pos, size, width, pad_front=True)
+    return m.view(_BE[size]).reshape(-1).astype(np.uint64)
 
 
 def sle(buf: np.ndarray, pos: np.ndarray, size: int) -> np.ndarray:
     """Return the little-endian signed integer of `size` bytes at each position."""
-    v = ule(buf, pos, size).astype(np.int64)
+    v = ule(buf, pos, size).astype(np.int64)  # wraps for size 8: already two's complement
+    if size == 8:
+        return v
     bits = 8 * size
     return np.where(v >= (1 << (bits - 1)), v - (1 << bits), v)
 

@@ -55,7 +55,9 @@ def _reference_table(chunk: RecordChunk) -> pl.DataFrame:
         o = int(chunk.offset[r])
         row = decode_record(bytes(chunk.data[o:o + int(chunk.caplen[r])]), int(chunk.linktype[r]),
                             int(chunk.wirelen[r]))
-        row.update(frame=int(chunk.frame[r]), ts_ns=int(chunk.ts_ns[r]), caplen=int(chunk.caplen[r]),
+        timed = chunk.has_ts is None or bool(chunk.has_ts[r])
+        row.update(frame=int(chunk.frame[r]), ts_ns=int(chunk.ts_ns[r]) if timed else None,
+                   caplen=int(chunk.caplen[r]),
                    wirelen=int(chunk.wirelen[r]), linktype=int(chunk.linktype[r]),
                    iface=int(chunk.iface[r]))
         rows.append(row)
@@ -78,18 +80,55 @@ def _account(stats: IngestStats, chunk: RecordChunk, df: pl.DataFrame) -> None:
     if len(lay):
         vc = lay.value_counts()
         stats.rt_layouts.update(dict(zip(vc[:, 0].to_list(), vc[:, 1].to_list())))
-    lo, hi = int(chunk.ts_ns.min()), int(chunk.ts_ns.max())
+    ts = chunk.ts_ns if chunk.has_ts is None else chunk.ts_ns[chunk.has_ts]
+    if not len(ts):
+        return
+    lo, hi = int(ts.min()), int(ts.max())
     stats.first_ts_ns = lo if stats.first_ts_ns is None else min(stats.first_ts_ns, lo)
     stats.last_ts_ns = hi if stats.last_ts_ns is None else max(stats.last_ts_ns, hi)
 
 
+def _decode(chunk: RecordChunk, decoder: str) -> tuple[RecordChunk, pl.DataFrame, int]:
+    if decoder == "fast":
+        table, nfall = decode_chunk(chunk)
+        return chunk, to_polars(table), nfall
+    return chunk, _reference_table(chunk), 0
+
+
+def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int):
+    """Yield (chunk, table, fallback count) in file order, decoding up to `threads` chunks at once.
+
+    numpy, Arrow, polars and the CRC release the GIL for most of a chunk's work, so a second core
+    helps; at most threads + 1 chunks are in flight, which keeps memory bounded.
+    """
+    if threads <= 1:
+        for chunk in chunks:
+            yield _decode(chunk, decoder)
+        return
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        pending: deque = deque()
+        for chunk in chunks:
+            pending.append(pool.submit(_decode, chunk, decoder))
+            if len(pending) > threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
 def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int = 16 << 20,
                 stats: IngestStats | None = None,
-                progress: Callable[[int], None] | None = None) -> Iterator[pl.DataFrame]:
+                progress: Callable[[int], None] | None = None,
+                threads: int | None = None) -> Iterator[pl.DataFrame]:
     """Yield the capture as packet tables of about chunk_bytes of records each; fill stats as it goes.
 
-    Raises records.CaptureError when the file is not a capture we can read at all.
+    Raises records.CaptureError when the file is not a capture we can read at all. `threads` chunks
+    are decoded at once (default: the number of CPUs, at most 4).
     """
+    if threads is None:
+        threads = min(os.cpu_count() or 1, 4)
     if decoder not in DECODERS:
         raise ValueError(f"decoder must be one of {DECODERS}, not {decoder!r}")
     stats = stats if stats is not None else IngestStats()
@@ -98,13 +137,8 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
         stats.format = cap.format
         stats.file_bytes = cap.size
         done = 0
-        for chunk in cap.chunks():
-            if decoder == "fast":
-                table, nfall = decode_chunk(chunk)
-                df = to_polars(table)
-                stats.fallback += nfall
-            else:
-                df = _reference_table(chunk)
+        for chunk, df, nfall in _decoded(cap.chunks(), decoder, threads):
+            stats.fallback += nfall
             _account(stats, chunk, df)
             if progress is not None and len(chunk):
                 pos = int(chunk.offset[-1] + chunk.caplen[-1])
@@ -126,9 +160,10 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
 
 
 def read_capture(path: str | os.PathLike, decoder: str = "fast", stats: IngestStats | None = None,
-                 chunk_bytes: int = 16 << 20) -> pl.DataFrame:
+                 chunk_bytes: int = 16 << 20, threads: int | None = None) -> pl.DataFrame:
     """Return the whole capture as one packet table (decoder 'fast' or 'reference')."""
-    parts = list(iter_tables(path, decoder=decoder, chunk_bytes=chunk_bytes, stats=stats))
+    parts = list(iter_tables(path, decoder=decoder, chunk_bytes=chunk_bytes, stats=stats,
+                             threads=threads))
     if not parts:
         return pl.DataFrame(schema=SCHEMA)
     return pl.concat(parts, rechunk=False)

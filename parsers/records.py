@@ -38,6 +38,7 @@ class RecordChunk:
     iface: np.ndarray       # int64 interface id
     frame: np.ndarray       # int64 1-based record number in the file
     comments: dict[int, str] = field(default_factory=dict)  # row -> packet comment (pcapng)
+    has_ts: np.ndarray | None = None  # bool per record: False = no time stamp (pcapng SPB, ts_ns 0); None = all
 
     def __len__(self) -> int:
         return len(self.offset)

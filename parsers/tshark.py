@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from .columns import escape_bytes
 from .schema import SACK_DTYPE, SCHEMA
 
 AGG = "\x1f"  # occurrence separator: a byte no field value contains
@@ -62,7 +63,7 @@ FIELDS: dict[str, Field] = {
     "sgi": _f("wlan_radio.11n.short_gi", "wlan_radio.11ac.short_gi", conv="bool"),
     "he_gi_us": _f("radiotap.he.data_5.gi", conv="he_gi"),
     "freq_mhz": _f("wlan_radio.frequency"),
-    "chan_flags": _f("radiotap.channel.flags", conv="hex"),
+    "chan_flags": _f("radiotap.channel.flags", "ppi.80211-common.chan.flags", conv="hex"),
     "signal_dbm": _f("radiotap.dbm_antsignal", "wlan_radio.signal_dbm"),
     "noise_dbm": _f("radiotap.dbm_antnoise", "wlan_radio.noise_dbm"),
     "antenna": _f("radiotap.antenna"),
@@ -95,7 +96,7 @@ FIELDS: dict[str, Field] = {
     "wlan_tid": _f("wlan.qos.tid"),
     "wlan_amsdu": _f("wlan.qos.amsdupresent", conv="bool"),
     "wlan_pn": _f("wlan.ccmp.extiv", "wlan.tkip.extiv", conv="hex"),
-    "wlan_ssid": _f("wlan.ssid", conv="str"),
+    "wlan_ssid": _f("wlan.ssid", conv="ssid"),
     "wlan_reason": _f("wlan.fixed.reason_code", conv="hex"),
     "wlan_status": _f("wlan.fixed.status_code", conv="hex"),
     "wlan_ba_ssn": _f("wlan.fixed.ssc.sequence"),
@@ -103,18 +104,19 @@ FIELDS: dict[str, Field] = {
     "eth_src": _f("eth.src", "sll.src.eth", conv="str"),
     "eth_dst": _f("eth.dst", conv="str"),
     "eth_type": _f("vlan.etype", "eth.type", "sll.etype", "sll.ltype", "llc.type", conv="hex", occ="last"),
-    "vlan_id": _f("vlan.id"),
-    "vlan_depth": _f("vlan.id", occ="count"),
+    "vlan_id": _f("ieee8021ad.id", "vlan.id"),
+    "vlan_depth": _f("ieee8021ad.id", "vlan.id", occ="count"),
     "ip_version": _f("ip.version", "ipv6.version"),
     "ip_src": _f("ip.src", "ipv6.src", conv="str"),
     "ip_dst": _f("ip.dst", "ipv6.dst", conv="str"),
-    "ip_proto": _f("ip.proto", "ipv6.nxt"),
+    "ip_proto": _f("ip.proto", "ipv6.nxt", "ipv6.hopopts.nxt", "ipv6.routing.nxt", "ipv6.fraghdr.nxt",
+                   "ipv6.dstopts.nxt", conv="ip_proto"),
     "ip_id": _f("ip.id", "ipv6.fraghdr.ident", conv="hex"),
     "ip_len": _f("ip.len", "ipv6.plen"),
     "ip_hdr_len": _f("ip.hdr_len"),
     "ip_df": _f("ip.flags.df", conv="bool"),
     "ip_mf": _f("ip.flags.mf", "ipv6.fraghdr.more", conv="bool"),
-    "ip_frag_offset": _f("ip.frag_offset", "ipv6.fraghdr.offset"),
+    "ip_frag_offset": _f("ip.frag_offset", "ipv6.fraghdr.offset", conv="x8"),
     "ip_ttl": _f("ip.ttl", "ipv6.hlim"),
     "ip_dscp": _f("ip.dsfield.dscp", "ipv6.tclass.dscp"),
     "ip_ecn": _f("ip.dsfield.ecn", "ipv6.tclass.ecn"),
@@ -179,8 +181,10 @@ def run_fields(path: str | os.PathLike, fields: Sequence[str], prefs: Sequence[s
             raise RuntimeError(f"tshark failed on {path}: {proc.stderr.decode(errors='replace').strip()}")
         text = open(tmp.name, "rb").read().decode("utf-8", "backslashreplace")
     lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline after the last row, not an empty row
     header = lines[0].split("\t") if lines and lines[0] else list(fields)
-    rows = [ln.split("\t") for ln in lines[1:] if ln != ""]
+    rows = [ln.split("\t") for ln in lines[1:]]
     cols = {h: [r[i] if i < len(r) else "" for r in rows] for i, h in enumerate(header)}
     return pl.DataFrame({f: cols.get(f, [""] * len(rows)) for f in fields}, schema={f: pl.Utf8 for f in fields})
 
@@ -248,6 +252,15 @@ def _convert(conv: str, v):
     if conv == "fcs":
         # radiotap.flags.badfcs: 1 = bad; wlan.fcs.status: 0 = bad, 1 = good (first present wins).
         return v.strip().lower() in ("1", "true")
+    if conv == "x8":  # both offsets are shown in their 8-byte units; the schema holds bytes
+        return _int(v) * 8
+    if conv == "ssid":  # tshark 4.0 prints wlan.ssid as hex bytes, and an empty one as <MISSING>
+        if v == "<MISSING>":
+            return ""
+        try:
+            return escape_bytes(bytes.fromhex(v.replace(":", "")))
+        except ValueError:
+            return v
     if conv == "bytes":
         return v.replace(":", "").lower()
     raise ValueError(conv)
@@ -272,11 +285,37 @@ def _fcs(raw: pl.DataFrame) -> list:
     return out
 
 
+_V6_EXT = {0: "ipv6.hopopts.nxt", 43: "ipv6.routing.nxt", 44: "ipv6.fraghdr.nxt", 60: "ipv6.dstopts.nxt"}
+
+
+def _ip_proto(raw: pl.DataFrame) -> list:
+    """Return the transport protocol: IPv4 proto, or IPv6 next header followed through extensions."""
+    v4 = _pick(raw, _f("ip.proto"))
+    cols = {f: raw.get_column(f).to_list() for f in ("ipv6.nxt", *_V6_EXT.values()) if f in raw.columns}
+    out = []
+    for i, p in enumerate(v4):
+        if p is not None or not cols.get("ipv6.nxt", [""])[i]:
+            out.append(p)
+            continue
+        nxt = int(cols["ipv6.nxt"][i].split(AGG)[0])
+        used: dict[str, int] = {}
+        for _ in range(8):
+            f = _V6_EXT.get(nxt)
+            vals = cols.get(f, [""] * len(v4))[i].split(AGG) if f else [""]
+            k = used.get(f, 0) if f else 0
+            if f is None or k >= len(vals) or vals[k] == "":
+                break
+            used[f] = k + 1
+            nxt = int(vals[k])
+        out.append(nxt)
+    return out
+
+
 def tshark_table(path: str | os.PathLike, columns: Sequence[str] | None = None,
                  extra_args: Sequence[str] = (), timeout: float | None = None) -> pl.DataFrame:
     """Return tshark's dissection of a file as a packet table in the schema (selected columns)."""
     columns = list(columns) if columns is not None else list(SCHEMA)
-    fields: dict[str, None] = {}
+    fields: dict[str, None] = {"frame.encap_type": None}
     for c in columns:
         for f in FIELDS[c].fields:
             fields.setdefault(f)
@@ -285,6 +324,14 @@ def tshark_table(path: str | os.PathLike, columns: Sequence[str] | None = None,
     for c in columns:
         if c == "fcs_bad":
             data[c] = _fcs(raw)
+        elif c == "vlan_depth":
+            a = _pick(raw, _f("ieee8021ad.id", occ="count"))
+            b = _pick(raw, _f("vlan.id", occ="count"))
+            data[c] = [None if x is None and y is None else (x or 0) + (y or 0) for x, y in zip(a, b)]
+        elif c == "ip_proto":
+            data[c] = _ip_proto(raw)
+        elif c == "iface":
+            data[c] = [0 if v is None else v for v in _pick(raw, FIELDS[c])]
         elif c == "ip_len":
             v4 = _pick(raw, _f("ip.len"))
             v6 = _pick(raw, _f("ipv6.plen"))
@@ -292,7 +339,9 @@ def tshark_table(path: str | os.PathLike, columns: Sequence[str] | None = None,
         else:
             data[c] = _pick(raw, FIELDS[c])
     schema = {c: SCHEMA[c] for c in columns}
-    return pl.DataFrame(data, schema=schema, strict=False)
+    df = pl.DataFrame(data, schema=schema, strict=False)
+    # tshark numbers pcapng custom/journal blocks as frames with no encapsulation: not packet records.
+    return df.filter(raw.get_column("frame.encap_type") != "")
 
 
 def read_with(path: str | os.PathLike, keys: Callable | None = None) -> pl.DataFrame:

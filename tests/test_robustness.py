@@ -20,6 +20,8 @@ from parsers.records import CaptureError
 from .conftest import CORPUS, REPO, capture_files, corpus_or_skip
 
 MALFORMED = [f for f in capture_files() if "/malformed/" in f]
+# Kept in malformed/ because it crashed another tool, but well-formed: tshark flags nothing in it either.
+WELL_FORMED = {"radiotap/malformed/aircrack-ng__floatingpoint_exception.pcap"}
 SEEDS = [f for f in capture_files(include_malformed=False)
          if (CORPUS / f).exists() and (CORPUS / f).stat().st_size < 64 << 10] if CORPUS.exists() else []
 
@@ -58,7 +60,7 @@ def test_malformed_corpus_file(rel: str, decoder: str) -> None:
     corpus_or_skip()
     with deadline(30):
         st = check_file(CORPUS / rel, decoder)
-    if st is not None:
+    if st is not None and rel not in WELL_FORMED:
         # Something was wrong with each of these files: it must show in the counts.
         assert st.malformed or st.error or st.truncated_tail or st.warnings or st.skipped_bytes, \
             f"{rel}: read as if nothing were wrong"

@@ -127,7 +127,23 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--decoder", choices=("fast", "reference"), default="fast")
     pf.add_argument("-q", "--quiet", action="store_true")
     pf.set_defaults(func=cmd_info)
+    for mod in _command_modules():
+        mod.register(sub)
     return p
+
+
+def _command_modules() -> list:
+    """Return the modules that add further subcommands (each has register(subparsers))."""
+    import importlib
+
+    mods = []
+    for name in ("bundle_cli", "capture_cli", "lab_cli"):
+        try:
+            mods.append(importlib.import_module(f"xlayer.{name}"))
+        except ModuleNotFoundError as exc:
+            if exc.name != f"xlayer.{name}":
+                raise
+    return mods
 
 
 def main(argv: Sequence[str] | None = None) -> int:

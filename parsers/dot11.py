@@ -1,0 +1,331 @@
+"""802.11 MAC layer, vectorized: frame control, addresses by role, sequence, QoS, PN, Block Ack, LLC/SNAP.
+
+Input spans start at the frame control field and end before the FCS (when the radio header said the
+frame carries one). Raw 802.11 captures (LINKTYPE 105) come straight here; like tshark's default
+(wlan.check_fcs off) we assume they carry no FCS. Offsets are computed once per row from a layout
+table indexed by the frame-control bits that decide the header shape, so the hot path has no
+per-layout Python loop. The per-frame reference decoder lives in `dot11_frame` (written separately,
+the check on this one); management bodies (fixed fields, SSID element) in `dot11_mgmt`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .columns import ColumnBuilder
+from .dot11_frame import frame_dot11
+from .dot11_mgmt import decode_mgmt_body, hex_rows, lost, put_texts
+from .gather import u8, ube, ule
+from .span import Span
+
+__all__ = ["decode_dot11", "frame_dot11", "LINK_DECODERS", "LINK_FRAME_DECODERS"]
+
+R_HEADER = "dot11: frame shorter than its header"
+R_VERSION = "dot11: unsupported protocol version"
+R_IV = "dot11: protected frame shorter than its IV"
+R_BLOCKACK = "dot11: block ack shorter than its fields"
+R_MESH = "dot11: mesh control overruns the frame"
+R_AMSDU = "dot11: A-MSDU subframe header truncated"
+R_LLC = "dot11: LLC header truncated"
+R_SNAP = "dot11: LLC/SNAP header truncated"
+R_TOO_LONG = "dot11: longer than the largest 802.11 MPDU"
+# The largest MPDU any 802.11 PHY carries (VHT/HE/EHT: 11454 octets, FCS included); a record
+# claiming more on the wire cannot be one frame.
+MAX_MPDU = 11454
+
+_ADDR_AT = (0, 4, 10, 16, 24)       # byte offset of address slot 1..4 (slot 0 = none)
+_ROLES = ("wlan_ra", "wlan_ta", "wlan_da", "wlan_sa", "wlan_bssid")
+
+
+def _layout(code: int) -> tuple[int, tuple[int, int, int, int, int], bool, int, bool]:
+    """Return (header length, address slot per role, has sequence control, QoS offset, A-MSDU bit
+    meaningful) for a layout code = type | subtype << 2 | DS bits << 6 | order << 8."""
+    ftype, sub, ds, order = code & 3, (code >> 2) & 15, (code >> 6) & 3, code >> 8
+    if ftype == 0:   # management: DA=addr1, SA=addr2, BSSID=addr3 whatever the DS bits say
+        return 24 + 4 * order, (1, 2, 1, 2, 3), True, 0, False
+    if ftype == 1:
+        if sub in (8, 9, 11, 15, 2, 3, 4, 5):   # BAR, BA, RTS, CF-End+Ack, Trigger, TACK, BRP, NDPA
+            return 16, (1, 2, 0, 0, 0), False, 0, False
+        if sub == 10:    # PS-Poll: addr1 is the BSSID (tshark shows it as both RA and BSSID)
+            return 16, (1, 2, 0, 0, 1), False, 0, False
+        if sub == 14:    # CF-End: tshark shows addr2 as the BSSID, no TA
+            return 16, (1, 0, 0, 0, 2), False, 0, False
+        if sub == 7:     # control wrapper: RA, carried frame control, HT control
+            return 16, (1, 0, 0, 0, 0), False, 0, False
+        return 10, (1, 0, 0, 0, 0), False, 0, False   # CTS, ACK, extension, reserved
+    if ftype == 3:       # extension: DMG beacon (addr1 = BSSID), S1G beacon (addr1 = SA)
+        return 10, (1, 0, 0, 1 if sub == 1 else 0, 1 if sub == 0 else 0), False, 0, False
+    qos = sub >= 8
+    four = ds == 3
+    hdr = 24 + 6 * four + 2 * qos + 4 * (qos and order)
+    da, sa, bssid = ((1, 2, 3), (3, 2, 1), (1, 3, 2), (3, 4, 0))[ds]
+    return hdr, (1, 2, da, sa, bssid), True, (30 if four else 24) if qos else 0, 8 <= sub <= 11
+
+
+def _tables() -> tuple[np.ndarray, ...]:
+    hdr = np.zeros(512, np.int64)
+    roles = np.zeros((5, 512), np.int64)
+    seq = np.zeros(512, bool)
+    qos = np.zeros(512, np.int64)
+    amsdu = np.zeros(512, bool)
+    for code in range(512):
+        h, rl, sq, q, am = _layout(code)
+        hdr[code], seq[code], qos[code], amsdu[code] = h, sq, q, am
+        roles[:, code] = rl
+    return hdr, roles, seq, qos, amsdu
+
+
+_HDR, _ROLE, _SEQ, _QOS, _AMSDU_OK = _tables()
+
+# Block Ack control "BA type" (bits 1-4) -> offsets from the frame start; -1 = not decoded.
+# BlockAck: SSC offset, bitmap offset, bitmap length, bytes that must follow the bitmap.
+_BA_SSC = np.full(16, -1, np.int64)
+_BA_BM = np.full(16, -1, np.int64)
+_BA_LEN = np.zeros(16, np.int64)
+_BA_TAIL = np.zeros(16, np.int64)
+for _t, _ssc, _bm, _ln, _tail in ((0, 18, 20, 128, 0),    # basic
+                                  (1, 18, 20, 8, 1),      # extended compressed (+ RBUFCAP)
+                                  (2, 18, 20, 8, 0),      # compressed (length from SSC fragment bits)
+                                  (3, 20, 22, 8, 0),      # multi-TID: first TID's record
+                                  (6, 18, 26, 8, 0)):     # GCR: SSC, GCR group address, bitmap
+    _BA_SSC[_t], _BA_BM[_t], _BA_LEN[_t], _BA_TAIL[_t] = _ssc, _bm, _ln, _tail
+_BAR_SSC = np.full(16, -1, np.int64)
+_BAR_SSC[[0, 1, 2, 6]] = 18
+_BAR_SSC[3] = 20      # multi-TID: per-TID info, then the first TID's SSC
+
+
+def _empty_span() -> Span:
+    z = np.zeros(0, np.int64)
+    return Span(z, z, z, z, z, np.zeros(0, bool))
+
+
+def _pick(mask: np.ndarray):
+    """Return an index for the rows where mask is True (a whole-array slice when all are)."""
+    return slice(None) if mask.all() else np.flatnonzero(mask)
+
+
+def decode_dot11(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
+    """Decode 802.11 MAC headers; return the rows whose LLC/SNAP payload follows, kind = EtherType."""
+    if not len(span):
+        return _empty_span()
+    rows, s = span.rows, span.start.astype(np.int64)
+    e, cl, cut = span.end.astype(np.int64), span.claimed.astype(np.int64), span.cut
+    # Decoding goes on: the captured bytes themselves may well be consistent.
+    out.malformed(rows[cl - s > MAX_MPDU], R_TOO_LONG)
+
+    miss, bad = lost(s + 2, e, cl, cut)
+    out.malformed(rows[bad], R_HEADER)
+    k = _pick(~miss)
+    rows, s, e, cl, cut = rows[k], s[k], e[k], cl[k], cut[k]
+    fc = ule(buf, s, 2)
+    fc0, fl = fc & 0xFF, fc >> 8
+    v0 = (fc0 & 3) == 0
+    out.malformed(rows[~v0], R_VERSION)
+    k = _pick(v0)
+    rows, s, e, cl, cut, fc0, fl = rows[k], s[k], e[k], cl[k], cut[k], fc0[k], fl[k]
+    ftype = (fc0 >> 2) & 3
+    sub = fc0 >> 4
+    _put_fc(out, rows, ftype, sub, fl)
+
+    k = _pick(s + 4 <= e)
+    out.put("wlan_duration", rows[k], ule(buf, s[k] + 2, 2))
+    a1 = ube(buf, s + 4, 6)
+    k = _pick(s + 10 <= e)
+    out.put("wlan_ra", rows[k], a1[k])
+
+    code = ((fc0 >> 2) | ((fl & 3) << 6) | ((fl >> 7) << 8)).astype(np.int64)
+    hdr = _HDR[code]
+    miss, bad = lost(s + hdr, e, cl, cut)
+    out.malformed(rows[bad], R_HEADER)
+    k = _pick(~miss)
+    rows, s, e, cl, cut = rows[k], s[k], e[k], cl[k], cut[k]
+    fl, ftype, sub, code, hdr, a1 = fl[k], ftype[k], sub[k], code[k], hdr[k], a1[k]
+
+    _put_addresses(buf, out, rows, s, code, a1)
+    n = len(rows)
+    k = _pick(_SEQ[code])
+    sc = ule(buf, s[k] + 22, 2)
+    out.put("wlan_seq", rows[k], sc >> 4)
+    out.put("wlan_frag", rows[k], sc & 15)
+    frag = np.zeros(n, np.uint64)
+    frag[k] = sc & 15
+    qoff = _QOS[code]
+    qos = qoff > 0
+    qc = np.zeros(n, np.uint64)
+    amsdu = np.zeros(n, bool)
+    if qos.any():
+        k = _pick(qos)
+        qc[k] = ule(buf, s[k] + qoff[k], 2)
+        out.put("wlan_tid", rows[k], qc[k] & 15)
+        amsdu_ok = _AMSDU_OK[code]
+        amsdu = amsdu_ok & ((qc >> 7) & 1).astype(bool)
+        k = _pick(amsdu_ok)
+        out.put("wlan_amsdu", rows[k], amsdu[k])
+        if amsdu.any():
+            k = np.flatnonzero(amsdu)
+            _amsdu_addresses(buf, out, rows[k], s[k], fl[k])
+
+    body = s + hdr
+    protected = ((fl & 0x40) != 0) & (ftype != 1) & (ftype != 3)
+    if protected.any():
+        k = np.flatnonzero(protected)
+        _protected(buf, out, rows[k], body[k], e[k], cl[k], cut[k])
+
+    k = np.flatnonzero((ftype == 1) & ((sub == 8) | (sub == 9)))
+    if len(k):
+        _block_ack(buf, out, rows[k], s[k], e[k], cl[k], cut[k], sub[k])
+
+    k = np.flatnonzero((ftype == 0) & ~protected)
+    if len(k):
+        decode_mgmt_body(buf, out, rows[k], body[k], e[k], cl[k], cut[k], sub[k])
+
+    # Data with a body: not protected, a subtype that carries data, the first fragment only (later
+    # fragments carry no LLC header; tshark with defragmentation off shows them as data).
+    k = np.flatnonzero((ftype == 2) & ~protected & ((sub & 4) == 0) & (frag == 0))
+    return _data_body(buf, out, rows[k], body[k], e[k], cl[k], cut[k], fl[k], qc[k], qos[k], amsdu[k])
+
+
+def _put_fc(out: ColumnBuilder, rows: np.ndarray, ftype, sub, fl) -> None:
+    out.put("wlan_type", rows, ftype)
+    out.put("wlan_subtype", rows, sub)
+    out.put("wlan_flags", rows, fl)
+    for name, bit in (("wlan_to_ds", 0x01), ("wlan_from_ds", 0x02), ("wlan_more_frag", 0x04),
+                      ("wlan_retry", 0x08), ("wlan_pwr_mgt", 0x10), ("wlan_more_data", 0x20),
+                      ("wlan_protected", 0x40), ("wlan_order", 0x80)):
+        out.put(name, rows, (fl & bit) != 0)
+
+
+def _put_addresses(buf, out: ColumnBuilder, rows, s, code, a1) -> None:
+    """Write each address role from the slot the layout table names for it."""
+    n = len(rows)
+    width = _HDR[code]
+    slots = np.zeros((5, n), np.uint64)
+    slots[1] = a1
+    for i in (2, 3, 4):     # read a slot only where it lies inside the header
+        k = _pick(width >= _ADDR_AT[i] + 6)
+        if not isinstance(k, slice) and not len(k):
+            continue
+        slots[i][k] = ube(buf, s[k] + _ADDR_AT[i], 6)
+    col = np.arange(n)
+    for name, role in zip(_ROLES[1:], _ROLE[1:]):
+        slot = role[code]
+        k = _pick(slot > 0)
+        if isinstance(k, slice):
+            out.put(name, rows, slots[slot, col])
+        elif len(k):
+            out.put(name, rows[k], slots[slot[k], k])
+
+
+def _amsdu_addresses(buf, out: ColumnBuilder, rows, s, fl) -> None:
+    """A-MSDU headers carry the BSSID where DA (To DS) or SA (From DS) would be; the real ones are
+    in the subframes. Like tshark, drop them here (the first subframe's are written later)."""
+    ds = fl & 3
+    out.clear("wlan_da", rows[(ds & 1) == 1])
+    out.clear("wlan_sa", rows[(ds & 2) == 2])
+    four = ds == 3
+    out.put("wlan_bssid", rows[four], ube(buf, s[four] + 16, 6))
+
+
+def _protected(buf, out: ColumnBuilder, rows, body, e, cl, cut) -> None:
+    """Write the CCMP PN / TKIP TSC from the IV of protected frames (WEP: none)."""
+    miss, bad = lost(body + 4, e, cl, cut)
+    out.malformed(rows[bad], R_IV)
+    m = body + 8 <= e
+    rows, body = rows[m], body[m]
+    iv0, iv1, iv2, iv3 = u8(buf, body), u8(buf, body + 1), u8(buf, body + 2), u8(buf, body + 3)
+    ext = (iv3 & 0x20) != 0
+    # Without the key management, tell TKIP by its WEPSeed byte, CCMP by its zero reserved byte
+    # (TKIP is tried first, as tshark does).
+    tkip = ext & (iv1 == ((iv0 | 0x20) & 0x7F))
+    ccmp = ext & ~tkip & (iv2 == 0)
+    high = ule(buf, body + 4, 4) << np.uint64(16)
+    low = np.where(tkip, iv2 | (iv0 << np.uint64(8)), iv0 | (iv1 << np.uint64(8)))
+    m = tkip | ccmp
+    out.put("wlan_pn", rows[m], (high | low)[m])
+
+
+def _block_ack(buf, out: ColumnBuilder, rows, s, e, cl, cut, sub) -> None:
+    """Write the starting sequence number and bitmap of BlockAck / BlockAckReq frames."""
+    if not len(rows):
+        return
+    miss, bad = lost(s + 18, e, cl, cut)
+    out.malformed(rows[bad], R_BLOCKACK)
+    k = np.flatnonzero(~miss)
+    rows, s, e, cl, cut, sub = rows[k], s[k], e[k], cl[k], cut[k], sub[k]
+    ctl = ule(buf, s + 16, 2)
+    bat = ((ctl >> 1) & 15).astype(np.int64)
+    is_ba = sub == 9
+    ssc_at = np.where(is_ba, _BA_SSC[bat], _BAR_SSC[bat])
+    has_ssc = (ssc_at >= 0) & (s + ssc_at + 2 <= e)
+    ssc = ule(buf, s + np.maximum(ssc_at, 0), 2)
+    out.put("wlan_ba_ssn", rows[has_ssc], ssc[has_ssc] >> 4)
+
+    bm_at = _BA_BM[bat]
+    bm_len = _BA_LEN[bat]
+    # Compressed bitmap length from the SSC fragment subfield B1-B2 (tshark: 0 -> 8, 2 -> 32 bytes,
+    # other values: no bitmap).
+    fbits = ((ssc >> 1) & 3).astype(np.int64)
+    bm_len = np.where(bat == 2, np.where(fbits == 0, 8, np.where(fbits == 2, 32, 0)), bm_len)
+    has_bm = is_ba & (bm_at >= 0) & (bm_len > 0)
+    need = np.where(ssc_at >= 0, s + ssc_at + 2, s + 18)
+    need = np.where(has_bm, s + bm_at + bm_len + _BA_TAIL[bat], need)
+    # Multi-TID: every TID's record must be there (BAR: 4 bytes each, BA: 12 bytes each).
+    ntid = ((ctl >> 12) + 1).astype(np.int64)
+    need = np.where(bat == 3, s + 18 + ntid * np.where(is_ba, 12, 4), need)
+    miss, bad = lost(need, e, cl, cut)
+    out.malformed(rows[bad], R_BLOCKACK)
+    has_bm &= s + bm_at + bm_len <= e
+    for ln in np.unique(bm_len[has_bm]).tolist():
+        k = np.flatnonzero(has_bm & (bm_len == ln))
+        put_texts(out, "wlan_ba_bitmap", rows[k], hex_rows(buf, s[k] + bm_at[k], ln))
+
+
+def _data_body(buf, out: ColumnBuilder, rows, pos, e, cl, cut, fl, qc, qos, amsdu) -> Span:
+    """Walk mesh control, the first A-MSDU subframe header and LLC/SNAP; return the next-layer span."""
+    if not len(rows):
+        return _empty_span()
+    # 802.11s mesh control follows the QoS field of 4-address QoS data whose QoS "mesh control
+    # present" bit is set and whose first body byte looks like mesh flags (tshark's test).
+    mf = u8(buf, pos)
+    mesh = qos & ~amsdu & ((fl & 3) == 3) & (((qc >> 8) & 1) == 1) & (pos + 1 <= e) & ((mf & 0xFC) == 0)
+    ae = (mf & 3).astype(np.int64)
+    mlen = np.where(mesh, 6 + 6 * ae, 0)
+    miss, bad = lost(pos + mlen, e, cl, cut)
+    miss &= mesh
+    bad &= mesh
+    out.malformed(rows[bad], R_MESH)
+    keep = ~miss & ~(mesh & (ae == 3))   # address extension mode 3 is reserved: stop there
+    pos = pos + mlen
+
+    # A-MSDU: decode the first subframe (DA, SA, length; then its LLC/SNAP) as tshark's first
+    # occurrence does.
+    miss, bad = lost(pos + 14, e, cl, cut)
+    out.malformed(rows[bad & amsdu & keep], R_AMSDU)
+    keep &= ~(miss & amsdu)
+    k = np.flatnonzero(amsdu & keep)
+    ds = fl[k] & 3
+    m = (ds & 1) == 1
+    out.put("wlan_da", rows[k[m]], ube(buf, pos[k[m]], 6))
+    m = (ds & 2) == 2
+    out.put("wlan_sa", rows[k[m]], ube(buf, pos[k[m]] + 6, 6))
+    sub_end = pos + 14 + ube(buf, pos + 12, 2).astype(np.int64)
+    lim_e = np.where(amsdu, np.minimum(e, sub_end), e)
+    lim_c = np.where(amsdu, np.minimum(cl, sub_end), cl)
+    pos = np.where(amsdu, pos + 14, pos)
+
+    miss, bad = lost(pos + 3, lim_e, lim_c, cut)
+    out.malformed(rows[bad & keep], R_LLC)
+    keep &= ~miss
+    snap = keep & (ube(buf, pos, 3) == 0xAAAA03)
+    miss, bad = lost(pos + 8, lim_e, lim_c, cut)
+    out.malformed(rows[bad & snap], R_SNAP)
+    snap &= ~miss
+    oui = ube(buf, pos + 3, 3)
+    snap &= (oui == 0) | (oui == 0xF8)   # RFC 1042 and 802.1H bridge-tunnel encapsulation
+    k = np.flatnonzero(snap)
+    et = ube(buf, pos[k] + 6, 2).astype(np.int64)
+    out.put("eth_type", rows[k], et)
+    return Span(rows[k], pos[k] + 8, lim_e[k], lim_c[k], et, cut[k])
+
+
+LINK_DECODERS = {105: decode_dot11}
+LINK_FRAME_DECODERS = {105: frame_dot11}
