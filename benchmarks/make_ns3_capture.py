@@ -372,10 +372,43 @@ def _run_child(sc: Scenario) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
+def fill_fcs(path: Path) -> int:
+    """Write the real CRC-32 into the FCS of every radiotap frame that says it carries one.
+
+    ns-3 sets the radiotap "FCS at end" flag but leaves the four FCS bytes zero, so every frame
+    would read as a bad-FCS reception; the sniffer trace only sees frames the PHY decoded, so the
+    true FCS is the faithful one. Returns the number of frames fixed.
+    """
+    import mmap
+    import zlib
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from parsers import read_capture
+    from parsers.containers import open_capture
+
+    flags = read_capture(path).get_column("rt_flags").fill_null(0).to_numpy()
+    fixed = 0
+    with open(path, "r+b") as fh, mmap.mmap(fh.fileno(), 0) as mm, open_capture(path) as cap:
+        i = 0
+        for chunk in cap.chunks():
+            for off, caplen in zip(chunk.offset.tolist(), chunk.caplen.tolist()):
+                if flags[i] & 0x10 and caplen >= 8:
+                    it_len = int.from_bytes(mm[off + 2:off + 4], "little")
+                    end = off + caplen - 4
+                    if off + it_len <= end:
+                        mm[end:end + 4] = zlib.crc32(mm[off + it_len:end]).to_bytes(4, "little")
+                        fixed += 1
+                i += 1
+        mm.flush()
+    return fixed
+
+
 def _publish(outdir: Path, name: str) -> PcapSummary:
     """Check a capture the child wrote and give it its final name."""
     part = outdir / (name + _PARTIAL)
     summary = count_pcap(part)
+    if name == "air.pcap":
+        fill_fcs(part)
     final = outdir / name
     os.replace(part, final)
     return replace(summary, path=final)

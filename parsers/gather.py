@@ -30,6 +30,27 @@ def _bytes(buf: np.ndarray, pos: np.ndarray, size: int, width: int, pad_front: b
     return out
 
 
+def _strided(buf: np.ndarray, pos: np.ndarray, size: int, order: str) -> np.ndarray | None:
+    """Return the integers by one gather from an overlapping view (element i = bytes i..i+w-1)."""
+    width = 2 if size == 2 else 4 if size <= 4 else 8
+    nview = len(buf) - width + 1
+    if nview <= 0 or not buf.flags.c_contiguous:
+        return None
+    view = np.ndarray((nview,), dtype=f"{order}u{width}", buffer=buf, strides=(1,))
+    p = np.asarray(pos, dtype=np.int64)
+    tail = p > nview - 1
+    vals = view[np.clip(p, 0, nview - 1)].astype(np.uint64)
+    if width != size:
+        if order == ">":
+            vals >>= np.uint64(8 * (width - size))
+        else:
+            vals &= np.uint64((1 << (8 * size)) - 1)
+    if tail.any():  # reads ending in the last bytes of the buffer: the view stops short of them
+        m = _bytes(buf, p[tail], size, width, pad_front=order == ">")
+        vals[tail] = m.view(f"{order}u{width}").reshape(-1).astype(np.uint64)
+    return vals
+
+
 def u8(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """Return the byte at each position as uint64."""
     p = np.asarray(pos, dtype=np.int64)
@@ -42,6 +63,9 @@ def ule(buf: np.ndarray, pos: np.ndarray, size: int) -> np.ndarray:
     """Return the little-endian unsigned integer of `size` bytes at each position."""
     if size == 1:
         return u8(buf, pos)
+    fast = _strided(buf, pos, size, "<")
+    if fast is not None:
+        return fast
     width = np.dtype(_LE[size]).itemsize
     m = _bytes(buf, pos, size, width, pad_front=False)
     return m.view(_LE[size]).reshape(-1).astype(np.uint64)
@@ -51,6 +75,9 @@ def ube(buf: np.ndarray, pos: np.ndarray, size: int) -> np.ndarray:
     """Return the big-endian unsigned integer of `size` bytes at each position."""
     if size == 1:
         return u8(buf, pos)
+    fast = _strided(buf, pos, size, ">")
+    if fast is not None:
+        return fast
     width = np.dtype(_BE[size]).itemsize
     m = _bytes(buf, pos, size, width, pad_front=True)
     return m.view(_BE[size]).reshape(-1).astype(np.uint64)
