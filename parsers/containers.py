@@ -81,20 +81,27 @@ class CaptureFile:
         """Return global iface id -> latest Interface Statistics Block counters (ifrecv, ifdrop, ...)."""
         return self._reader.if_stats if self._reader else {}
 
-    def chunks(self) -> Iterator[RecordChunk]:
-        """Yield the file's packet records as RecordChunks of about chunk_bytes of records each."""
+    def chunks(self, keep: int = 0) -> Iterator[RecordChunk]:
+        """Yield the file's packet records as RecordChunks of about chunk_bytes of records each.
+
+        Pages of a chunk are released when the next one is asked for; with keep=k, only once k more
+        chunks have been handed out (for callers that decode several chunks at once).
+        """
         if self._iterated:
             raise RuntimeError("chunks() can be iterated once per open_capture()")
         self._iterated = True
         reader, released = self._reader, 0
         pos, done = reader.start, False
+        ends: list[int] = []
         while not done:
             pieces, pos, done = reader.walk(pos, pos + self.chunk_bytes)
             chunk = _concat(pieces)
             if len(chunk):
                 self.stats.records += len(chunk)
                 yield chunk
-            released = self._release(released, min(pos, self.size))
+            ends.append(min(pos, self.size))
+            if len(ends) > keep:
+                released = self._release(released, ends.pop(0))
 
     def _release(self, start: int, upto: int) -> int:
         # Pages below the next record are done with: drop them from our resident set (the page cache

@@ -137,7 +137,7 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
         stats.format = cap.format
         stats.file_bytes = cap.size
         done = 0
-        for chunk, df, nfall in _decoded(cap.chunks(), decoder, threads):
+        for chunk, df, nfall in _decoded(cap.chunks(keep=threads if threads > 1 else 0), decoder, threads):
             stats.fallback += nfall
             _account(stats, chunk, df)
             if progress is not None and len(chunk):

@@ -3,15 +3,17 @@ from __future__ import annotations
 
 import re
 
+from parsers import hoststate
 from parsers.schema import markdown_table
 
 from .conftest import REPO
 
 
-def test_readme_schema_table_is_generated_from_schema() -> None:
+def test_readme_tables_are_generated_from_the_schemas() -> None:
     text = (REPO / "README.md").read_text()
-    block = text.split("<!-- schema:begin -->")[1].split("<!-- schema:end -->")[0].strip()
-    assert block == markdown_table(), "README schema table is stale: run python -m parsers.schema"
+    for tag, table in (("schema", markdown_table()), ("hoststate", hoststate.markdown_table())):
+        block = text.split(f"<!-- {tag}:begin -->")[1].split(f"<!-- {tag}:end -->")[0].strip()
+        assert block == table, f"README {tag} table is stale: run python -m parsers.{tag}"
 
 
 def test_quick_start_is_two_commands_and_ci_runs_the_second() -> None:
