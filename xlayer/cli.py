@@ -55,6 +55,16 @@ def _print_counts(st: IngestStats, out=sys.stdout) -> None:
         print(f"  malformed x{n}: {_text(reason)}", file=out)
 
 
+def _rows_in(parquet: str) -> int:
+    """Return the number of rows a Parquet file holds (0 if it cannot be read)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(parquet).metadata.num_rows
+    except (OSError, ValueError):
+        return 0
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     """Write a capture as Parquet and print the counts; return the exit code."""
     signal.signal(signal.SIGTERM, _on_term)
@@ -66,7 +76,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print(f"xlayer: {_text(exc)}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, _Stop):
-        print(f"xlayer: interrupted; {args.output} holds the {st.records} records decoded so far",
+        print(f"xlayer: interrupted; {args.output} holds the {_rows_in(args.output)} records written so far",
               file=sys.stderr)
         _print_counts(st, sys.stderr)
         return 130
