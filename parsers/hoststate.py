@@ -27,13 +27,8 @@ from decimal import Decimal
 
 import polars as pl
 
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    dtype: pl.DataType
-    unit: str
-    doc: str
+from . import schema as _packet_schema
+from .schema import Column
 
 
 _C = Column
@@ -248,11 +243,8 @@ def normalize_addr(text: str) -> str:
 
 
 def markdown_table() -> str:
-    """Return the schema as a Markdown table (for the README)."""
-    lines = ["| column | dtype | unit | meaning |", "|---|---|---|---|"]
-    for c in COLUMNS:
-        lines.append(f"| `{c.name}` | {c.dtype} | {c.unit} | {c.doc} |")
-    return "\n".join(lines)
+    """Return the host TCP state schema as a Markdown table (for the README)."""
+    return _packet_schema.markdown_table(COLUMNS)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import polars as pl
 
 @dataclass(frozen=True)
 class Column:
+    """One column of a table schema: name, polars dtype, unit and meaning."""
+
     name: str
     dtype: pl.DataType
     unit: str
@@ -138,10 +140,10 @@ def empty_frame() -> pl.DataFrame:
     return pl.DataFrame(schema=SCHEMA)
 
 
-def markdown_table() -> str:
-    """Return the schema as a Markdown table (for the README)."""
+def markdown_table(columns: tuple[Column, ...] = COLUMNS) -> str:
+    """Return a schema (the packet table's by default) as a Markdown table, for the README."""
     lines = ["| column | dtype | unit | meaning |", "|---|---|---|---|"]
-    for c in COLUMNS:
+    for c in columns:
         lines.append(f"| `{c.name}` | {c.dtype} | {c.unit} | {c.doc} |")
     return "\n".join(lines)
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import csv
 import shutil
+import signal
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,17 @@ def tshark_refuses(rel: str) -> bool:
         if row["file"] == rel:
             return "FAILS to open" in row.get("notes", "")
     return False
+
+
+@contextmanager
+def deadline(seconds: int):
+    """Fail (instead of hanging) when the body runs longer than `seconds`."""
+    def boom(signum, frame):  # noqa: ARG001
+        raise TimeoutError(f"no result within {seconds} s: a hang")
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

@@ -6,12 +6,10 @@ import gzip
 import hashlib
 import json
 import os
-import signal
 import struct
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -27,7 +25,7 @@ from parsers.pcap import wiretap_knows
 from parsers.pcapng import ticks_to_ns
 from parsers.records import CaptureError
 
-from .conftest import CORPUS, capture_files, corpus_or_skip, tshark_or_skip, tshark_refuses
+from .conftest import CORPUS, capture_files, corpus_or_skip, deadline, tshark_or_skip, tshark_refuses
 
 FIELDS = ("frame.number", "frame.time_epoch", "frame.cap_len", "frame.len", "frame.interface_id",
           "frame.encap_type", "frame.comment")
@@ -579,19 +577,6 @@ def test_ticks_to_ns_is_exact(base, exp):
 
 # ---------------------------------------------------------------- mutated files never crash or hang
 SEEDS = [f for f in READABLE if (CORPUS / f).exists() and (CORPUS / f).stat().st_size < 16 << 10]
-
-
-@contextmanager
-def deadline(seconds: int):
-    def boom(signum, frame):  # noqa: ARG001
-        raise TimeoutError(f"no result within {seconds} s: a hang")
-    old = signal.signal(signal.SIGALRM, boom)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _check_invariants(path: Path, size: int, r: Read) -> None:

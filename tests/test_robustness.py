@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
-from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +15,7 @@ from parsers import IngestStats, read_capture
 from parsers.mutate import mutate
 from parsers.records import CaptureError
 
-from .conftest import CORPUS, REPO, capture_files, corpus_or_skip
+from .conftest import CORPUS, REPO, capture_files, corpus_or_skip, deadline
 
 MALFORMED = [f for f in capture_files() if "/malformed/" in f]
 # Kept in malformed/ but well-formed: the first crashed another tool (tshark flags nothing in it
@@ -27,20 +25,6 @@ WELL_FORMED = {"radiotap/malformed/aircrack-ng__floatingpoint_exception.pcap",
                "wired/malformed/zeek__tcp_truncated-header.pcap"}
 SEEDS = [f for f in capture_files(include_malformed=False)
          if (CORPUS / f).exists() and (CORPUS / f).stat().st_size < 64 << 10] if CORPUS.exists() else []
-
-
-@contextmanager
-def deadline(seconds: int):
-    """Fail (instead of hanging) when the body runs longer than `seconds`."""
-    def boom(signum, frame):  # noqa: ARG001
-        raise TimeoutError(f"no result within {seconds} s: a hang")
-    old = signal.signal(signal.SIGALRM, boom)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def check_file(path, decoder: str) -> IngestStats | None:
