@@ -24,103 +24,23 @@ Needs the PyPI package ``ns3`` (``pip install ns3``). Usage::
 from __future__ import annotations
 
 import argparse
-import mmap
 import os
-import struct
 import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-# Pcap global header: magic, version, thiszone, sigfigs, snaplen, linktype.
-_PCAP_GLOBAL = struct.Struct("<IHHiIII")
-_PCAP_RECORD = struct.Struct("<IIII")
-_PCAP_MAGICS = {0xA1B2C3D4, 0xA1B23C4D}
+# The capture writers (C++, compiled into ns-3 by cppyy) and the pcap checks live in xlayer.sim,
+# which the simulated experiments (`xlayer sim`) use too: run from a checkout, import it from there.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # Written under these names and renamed only once the parent has checked them, so that a failed
 # run never leaves a plausible-looking air.pcap behind.
 _PARTIAL = ".part"
 
-# The capture sinks are C++ for two reasons. Speed: a Python sink would run once per MPDU. Control
-# of the files: with EnablePcap, ns-3 owns the pcap writers and only flushes them when the PHY or
-# device object is finally deleted, which after Simulator::Destroy depends on when Python drops its
-# references (a run that skipped that lost the last few KiB of air.pcap). Here the writers are ours
-# and are closed explicitly. The radiotap header is still built by ns-3's own (protected) helper,
-# reached through a subclass, so the bytes are exactly what EnablePcap would write.
-_CPP_SINKS = r"""
-#include "ns3/pcap-file-wrapper.h"
-#include "ns3/simulator.h"
-#include "ns3/trace-helper.h"
-#include "ns3/wifi-helper.h"
-#include "ns3/wifi-net-device.h"
-#include "ns3/wifi-phy.h"
-#include "ns3/yans-wifi-helper.h"
-
-#include <memory>
-
-namespace xlayer_bench
-{
-struct RadiotapWriter : public ns3::YansWifiPhyHelper
-{
-    using ns3::WifiPhyHelper::PcapSniffRxEvent;
-};
-
-static std::shared_ptr<ns3::WifiPhyHelper::PcapFilesInfo> g_air;
-static ns3::Ptr<ns3::PcapFileWrapper> g_wired;
-static uint64_t g_frames = 0;
-static uint64_t g_limit = 0;
-static double g_stopTime = -1.0;
-
-void
-AirRx(ns3::Ptr<const ns3::Packet> packet, uint16_t freqMhz, ns3::WifiTxVector txVector,
-      ns3::MpduInfo aMpdu, ns3::SignalNoiseDbm signalNoise, uint16_t staId)
-{
-    RadiotapWriter::PcapSniffRxEvent(g_air, 0, packet, freqMhz, txVector, aMpdu, signalNoise, staId);
-    ++g_frames;
-    if (g_limit != 0 && g_frames == g_limit)
-    {
-        // Stop() lets the current event finish, so the rest of this A-MPDU is still written.
-        g_stopTime = ns3::Simulator::Now().GetSeconds();
-        ns3::Simulator::Stop();
-    }
-}
-
-void
-WiredSniff(ns3::Ptr<const ns3::Packet> packet)
-{
-    g_wired->Write(ns3::Simulator::Now(), packet);
-}
-
-void
-Attach(ns3::Ptr<ns3::NetDevice> sniffer, const std::string& airFile,
-       ns3::Ptr<ns3::NetDevice> wired, const std::string& wiredFile, uint64_t limit)
-{
-    g_limit = limit;
-    auto wdev = ns3::DynamicCast<ns3::WifiNetDevice>(sniffer);
-    g_air = std::make_shared<ns3::WifiPhyHelper::PcapFilesInfo>(
-        airFile, ns3::PcapHelper::DLT_IEEE802_11_RADIO,
-        ns3::WifiPhyHelper::PcapCaptureType::PCAP_PER_PHY, wdev);
-    // The sniffer never transmits, so its receive side is its whole monitor-mode view.
-    wdev->GetPhy()->TraceConnectWithoutContext("MonitorSnifferRx", ns3::MakeCallback(&AirRx));
-    ns3::PcapHelper helper;
-    g_wired = helper.CreateFile(wiredFile, std::ios::out, ns3::PcapHelper::DLT_EN10MB);
-    wired->TraceConnectWithoutContext("PromiscSniffer", ns3::MakeCallback(&WiredSniff));
-}
-
-void
-CloseFiles()
-{
-    for (auto& [idx, file] : g_air->files)
-    {
-        file->Close();
-    }
-    g_wired->Close();
-}
-
-uint64_t Frames() { return g_frames; }
-double StopTime() { return g_stopTime; }
-} // namespace xlayer_bench
-"""
+if TYPE_CHECKING:
+    from xlayer.sim.pcapfile import PcapSummary
 
 
 @dataclass(frozen=True)
@@ -139,53 +59,14 @@ class Scenario:
     fading_m: float = 3.0
 
 
-@dataclass(frozen=True)
-class PcapSummary:
-    """Record count and shape of one classic pcap file."""
-
-    path: Path
-    linktype: int
-    frames: int
-    size: int
-    first_ts: float
-    last_ts: float
-
-
-def count_pcap(path: Path) -> PcapSummary:
-    """Walk the record headers of a classic little-endian pcap file and count records."""
-    size = path.stat().st_size
-    if size < _PCAP_GLOBAL.size:
-        raise ValueError(f"{path}: too short for a pcap header")
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        magic, _vmaj, _vmin, _tz, _sig, _snap, linktype = _PCAP_GLOBAL.unpack_from(data, 0)
-        if magic not in _PCAP_MAGICS:
-            raise ValueError(f"{path}: not a little-endian classic pcap (magic {magic:#x})")
-        scale = 1e-9 if magic == 0xA1B23C4D else 1e-6
-        unpack = _PCAP_RECORD.unpack_from
-        off = _PCAP_GLOBAL.size
-        n = 0
-        first_ts = last_ts = 0.0
-        while off + _PCAP_RECORD.size <= size:
-            sec, frac, incl, _orig = unpack(data, off)
-            last_ts = sec + frac * scale
-            if n == 0:
-                first_ts = last_ts
-            off += _PCAP_RECORD.size + incl
-            n += 1
-    # A record that runs past the end means the writer was not flushed: the file is unusable.
-    if off != size:
-        raise ValueError(f"{path}: truncated final record ({size - off} bytes left over)")
-    return PcapSummary(path, linktype, n, size, first_ts, last_ts)
-
-
 def _simulate(sc: Scenario) -> dict[str, object]:
     """Build and run the ns-3 scenario, writing air.pcap.part and wired.pcap.part into sc.outdir."""
     # Imported here so that only the child process ever loads cppyy/ns-3.
     from ns import ns  # noqa: PLC0415
-    import cppyy  # noqa: PLC0415
 
-    cppyy.cppdef(_CPP_SINKS)
-    bench = cppyy.gbl.xlayer_bench
+    from xlayer.sim import native  # noqa: PLC0415
+
+    sinks = native.load()
 
     ns.RngSeedManager.SetSeed(sc.seed)
     ns.RngSeedManager.SetRun(1)
@@ -325,27 +206,35 @@ def _simulate(sc: Scenario) -> dict[str, object]:
     onoff_app.Start(ns.Seconds(0.4))
     apps += [udp_sink, udp_sink_app, onoff, onoff_app]
 
-    # Server side of the CSMA link, promiscuous: every frame on the wire, like a SPAN port.
-    bench.Attach(
-        sniff_devs.Get(0),
-        str(sc.outdir / ("air.pcap" + _PARTIAL)),
-        wired_devs.Get(0),
-        str(sc.outdir / ("wired.pcap" + _PARTIAL)),
-        sc.min_frames,
-    )
+    # The capture sinks are C++ (xlayer.sim.native) for two reasons. Speed: a Python sink would run
+    # once per MPDU. Control of the files: with EnablePcap, ns-3 owns the pcap writers and only
+    # flushes them when the PHY or device object is finally deleted, which after Simulator::Destroy
+    # depends on when Python drops its references (a run that skipped that lost the last few KiB of
+    # air.pcap). Here the writers are ours and are closed explicitly.
+    # The sniffer's monitor-mode view, radiotap through ns-3's RadiotapHeader: microsecond pcap,
+    # timestamps and TSFT on simulation time (what ns-3's own pcap helper writes), the real CRC-32 in
+    # the FCS, stop once min_frames are written.
+    ok = sinks.OpenAir(sniff_devs.Get(0), str(sc.outdir / ("air.pcap" + _PARTIAL)), 0, False, -1, -1,
+                       True, sc.min_frames, False)
+    # Server side of the CSMA link, promiscuous: every frame on the wire, like a SPAN port (with
+    # the 4-byte trailer ns-3 appends, as before).
+    ok &= sinks.OpenWired(0, wired_devs.Get(0), str(sc.outdir / ("wired.pcap" + _PARTIAL)), 0, False,
+                          -1, False, "")
+    if not ok:
+        raise RuntimeError("could not open the capture files")
 
     ns.Simulator.Stop(ns.Seconds(sc.seconds))
     t0 = time.monotonic()
     ns.Simulator.Run()
     wall = time.monotonic() - t0
-    stop_at = bench.StopTime()
+    stop_at = sinks.AirStopTime()
     if stop_at >= 0:
         stopped = f"{stop_at:.3f} s (frame budget reached)"
     else:
         stopped = f"{sc.seconds:.3f} s (time limit)"
-    print(f"ns-3: simulated until {stopped}, sniffer saw {bench.Frames()} frames, "
+    print(f"ns-3: simulated until {stopped}, sniffer saw {sinks.AirFrames()} frames, "
           f"run took {wall:.1f} s wall", flush=True)
-    bench.CloseFiles()
+    sinks.CloseAll()
     ns.Simulator.Destroy()
     # Handed back so that Python frees none of the ns-3 objects before the child's os._exit.
     return dict(locals())
@@ -372,43 +261,12 @@ def _run_child(sc: Scenario) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def fill_fcs(path: Path) -> int:
-    """Write the real CRC-32 into the FCS of every radiotap frame that says it carries one.
-
-    ns-3 sets the radiotap "FCS at end" flag but leaves the four FCS bytes zero, so every frame
-    would read as a bad-FCS reception; the sniffer trace only sees frames the PHY decoded, so the
-    true FCS is the faithful one. Returns the number of frames fixed.
-    """
-    import mmap
-    import zlib
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from parsers import read_capture
-    from parsers.containers import open_capture
-
-    flags = read_capture(path).get_column("rt_flags").fill_null(0).to_numpy()
-    fixed = 0
-    with open(path, "r+b") as fh, mmap.mmap(fh.fileno(), 0) as mm, open_capture(path) as cap:
-        i = 0
-        for chunk in cap.chunks():
-            for off, caplen in zip(chunk.offset.tolist(), chunk.caplen.tolist()):
-                if flags[i] & 0x10 and caplen >= 8:
-                    it_len = int.from_bytes(mm[off + 2:off + 4], "little")
-                    end = off + caplen - 4
-                    if off + it_len <= end:
-                        mm[end:end + 4] = zlib.crc32(mm[off + it_len:end]).to_bytes(4, "little")
-                        fixed += 1
-                i += 1
-        mm.flush()
-    return fixed
-
-
 def _publish(outdir: Path, name: str) -> PcapSummary:
     """Check a capture the child wrote and give it its final name."""
+    from xlayer.sim.pcapfile import count_pcap  # noqa: PLC0415 - only after the child is done
+
     part = outdir / (name + _PARTIAL)
     summary = count_pcap(part)
-    if name == "air.pcap":
-        fill_fcs(part)
     final = outdir / name
     os.replace(part, final)
     return replace(summary, path=final)

@@ -1,6 +1,8 @@
 """Column builder: numpy arrays with validity masks, filled layer by layer, turned into a polars table."""
 from __future__ import annotations
 
+import ipaddress
+
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -16,6 +18,14 @@ _NP = {
 # Which string columns hold MAC addresses (kept as 48-bit ints until the end).
 MAC_COLUMNS = frozenset({"wlan_ra", "wlan_ta", "wlan_da", "wlan_sa", "wlan_bssid", "eth_src", "eth_dst"})
 IP_COLUMNS = frozenset({"ip_src", "ip_dst"})
+# numpy dtype of each numeric column's values (MAC and IP columns: 48-bit / 64-bit integers).
+_DTYPE: dict[str, type] = {
+    name: np.uint64 if name in MAC_COLUMNS or name in IP_COLUMNS else _NP[dt.base_type()]
+    for name, dt in SCHEMA.items() if dt.base_type() in _NP or name in MAC_COLUMNS or name in IP_COLUMNS
+}
+# Row-index arrays at least this long are worth a cached mask (one `|=` instead of a scatter).
+_MASK_MIN_ROWS = 256
+_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
 
 def mac_text(v: int) -> str:
@@ -46,6 +56,11 @@ class ColumnBuilder:
         self._reasons: list[str] = [""]
         self._reason_idx: dict[str, int] = {}
         self.deferred = np.zeros(n, dtype=bool)
+        # FCS checks already made for this chunk's records (by the walk helper): per row the first
+        # and end byte checked (first -1: none) and the verdict. Layers use them only on exact match.
+        self.fcs_verdicts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._rows_seen: object = None                  # the last row-index array written through,
+        self._rows_at: tuple = (None, None)             # and its (index or slice, mask or None)
 
     # -- writing --------------------------------------------------------------
     def _arr(self, name: str, dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -55,25 +70,63 @@ class ColumnBuilder:
             self._mask[name] = np.zeros(self.n, dtype=bool)
         return v, self._mask[name]
 
+    def _where(self, rows) -> tuple[object, np.ndarray | None]:
+        """Return (index, mask) to write rows with: a slice for one ascending run, else the rows and,
+        for long strictly increasing ones, a row mask (layers write many columns at the same rows,
+        so the mask is built once and OR-ed into each validity array)."""
+        if not isinstance(rows, np.ndarray) or rows.dtype == np.bool_ or len(rows) < _MASK_MIN_ROWS:
+            return rows, None
+        if rows is self._rows_seen:
+            return self._rows_at
+        n = len(rows)
+        at: tuple = (rows, None)
+        step = rows[1:] - rows[:-1]
+        if step.min() > 0:      # strictly increasing: no duplicate rows
+            if int(rows[-1]) - int(rows[0]) == n - 1:
+                at = (slice(int(rows[0]), int(rows[-1]) + 1), None)
+            else:
+                mask = np.zeros(self.n, dtype=bool)
+                mask[rows] = True
+                at = (rows, mask)
+        self._rows_seen, self._rows_at = rows, at
+        return at
+
     def put(self, name: str, rows: np.ndarray, values) -> None:
         """Set a numeric/boolean column (or MAC as 48-bit ints, IPv4 as 32-bit ints) at rows."""
-        if name in MAC_COLUMNS:
-            dtype = np.uint64
+        v, m = self._arr(name, _DTYPE[name])
+        at, mask = self._where(rows)
+        v[at] = values
+        if mask is None:
+            m[at] = True
         else:
-            dtype = _NP[SCHEMA[name].base_type()] if name not in IP_COLUMNS else np.uint64
-        v, m = self._arr(name, dtype)
-        v[rows] = values
-        m[rows] = True
+            np.logical_or(m, mask, out=m)
+
+    def put_where(self, name: str, rows: np.ndarray, values: np.ndarray, where: np.ndarray) -> None:
+        """Set a column at rows[where] to values[where] (values and where: one per row of rows)."""
+        at, mask = self._where(rows)
+        if isinstance(at, slice):       # one ascending run: masked copies, no scatter
+            v, m = self._arr(name, _DTYPE[name])
+            np.copyto(v[at], values, where=where, casting="unsafe")
+            m[at] |= where
+        elif where.all():
+            self.put(name, rows, values)
+        else:
+            k = np.flatnonzero(where)
+            self.put(name, rows[k], values[k])
 
     def put_ip(self, name: str, rows: np.ndarray, hi: np.ndarray, lo: np.ndarray, version: int) -> None:
         """Set an IP address column: IPv4 in lo (hi ignored), IPv6 as two big-endian 64-bit halves."""
         v, m = self._arr(name, np.uint64)
         h, _ = self._arr(name + "#hi", np.uint64)
         ver, _ = self._arr(name + "#ver", np.uint8)
-        v[rows] = lo
-        h[rows] = hi if version == 6 else 0
-        ver[rows] = version
-        m[rows] = True
+        at, mask = self._where(rows)
+        v[at] = lo
+        h[at] = hi if version == 6 else 0
+        ver[at] = version
+        if mask is None:
+            m[at] = True
+        else:
+            np.logical_or(m, mask, out=m)
 
     def _code(self, name: str, text: str) -> int:
         vocab = self._vocab.setdefault(name, {})
@@ -99,6 +152,11 @@ class ColumnBuilder:
             codes[rows] = np.fromiter((self._code(name, v) for v in values), np.int32, len(values))
         else:
             self._obj.setdefault(name, {}).update(zip(np.asarray(rows).tolist(), values))
+
+    def put_coded(self, name: str, rows: np.ndarray, texts: list[str], codes: np.ndarray) -> None:
+        """Set a string column at rows to texts[codes[i]] (texts: the distinct values, each once)."""
+        remap = np.fromiter((self._code(name, t) for t in texts), np.int32, len(texts))
+        self._code_array(name)[rows] = remap[codes]
 
     def put_obj(self, name: str, row: int, value) -> None:
         """Set one cell of a string or list column (SSID, bitmap, SACK) at a single row."""
@@ -158,7 +216,7 @@ class ColumnBuilder:
 
     # -- output ---------------------------------------------------------------
     def to_arrow(self, base: dict[str, np.ndarray]) -> pa.Table:
-        """Return the chunk as an Arrow table in schema order.
+        """Return the chunk as an Arrow table in schema order (string columns as string views).
 
         base holds the container columns: an array each, or (values, validity) where some are null.
         """
@@ -176,14 +234,12 @@ class ColumnBuilder:
         if name == "malformed":
             if not self._malformed.any():
                 return pa.nulls(n, pa.string())
-            reasons = pa.array([None] + self._reasons[1:], pa.string())
-            return pc.take(reasons, pa.array(self._malformed))
+            return _texts_at([None] + self._reasons[1:], self._malformed, self._malformed > 0)
         if name in MAC_COLUMNS or name in IP_COLUMNS:
             return self._text_column(name)
         if name in self._codes:
             codes = self._codes[name]
-            vocab = pa.array(list(self._vocab[name]), pa.string())
-            return pc.take(vocab, pa.array(codes, mask=codes < 0))
+            return _texts_at(list(self._vocab[name]), codes, codes >= 0)
         if name in self._obj or dtype == SACK_DTYPE:
             d = self._obj.get(name)
             if not d:
@@ -210,28 +266,96 @@ class ColumnBuilder:
             return pa.nulls(self.n, pa.string())
         v, m = got
         # Hash-encode the distinct addresses (a capture has few), format each once, then gather.
+        # Null rows are encoded too (whatever their value): cheaper than masking, and never shown.
         if name in MAC_COLUMNS:
-            enc = pc.dictionary_encode(pa.array(v, mask=~m))
-            texts = pa.array([mac_text(u) for u in enc.dictionary.to_pylist()], pa.string())
-        else:
-            key = np.empty((self.n, 17), dtype=np.uint8)
-            key[:, 0] = self._vals[name + "#ver"]
-            key[:, 1:9] = self._vals[name + "#hi"].astype(">u8").view(np.uint8).reshape(-1, 8)
-            key[:, 9:] = v.astype(">u8").view(np.uint8).reshape(-1, 8)
-            keys = pa.FixedSizeBinaryArray.from_buffers(
-                pa.binary(17), self.n, [pa.py_buffer(np.packbits(m, bitorder="little")),
-                                        pa.py_buffer(key.tobytes())])
-            enc = pc.dictionary_encode(keys)
-            texts = pa.array([_ip_key_text(k) for k in enc.dictionary.to_pylist()], pa.string())
-        return pc.take(texts, enc.indices)
+            enc = pc.dictionary_encode(pa.array(v))
+            uniq = enc.dictionary.to_numpy(zero_copy_only=False)
+            if not _VIEWS:
+                return _texts_at([mac_text(int(u)) for u in uniq], enc.indices.to_numpy(), m)
+            return _views_at(*_mac_views(uniq), enc.indices.to_numpy(), m)
+        ver = self._vals[name + "#ver"]
+        if not (ver == 6).any():     # IPv4 only: the 32-bit value is the key
+            enc = pc.dictionary_encode(pa.array(v))
+            texts = [str(ipaddress.IPv4Address(int(u) & 0xFFFFFFFF)) for u in enc.dictionary.to_pylist()]
+            return _texts_at(texts, enc.indices.to_numpy(), m)
+        key = np.empty((self.n, 17), dtype=np.uint8)
+        key[:, 0] = ver
+        key[:, 1:9] = self._vals[name + "#hi"].astype(">u8").view(np.uint8).reshape(-1, 8)
+        key[:, 9:] = v.astype(">u8").view(np.uint8).reshape(-1, 8)
+        keys = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(17), self.n, [pa.py_buffer(np.packbits(m, bitorder="little")),
+                                    pa.py_buffer(key.tobytes())])
+        enc = pc.dictionary_encode(keys)
+        texts = [_ip_key_text(k) for k in enc.dictionary.to_pylist()]
+        return _texts_at(texts, _indices(enc.indices, m), m)
+
+
+def _indices(indices: pa.Array, valid: np.ndarray) -> np.ndarray:
+    """Return dictionary indices as int32, -1 where the row is null."""
+    idx = np.asarray(indices.fill_null(0))
+    return np.where(valid, idx, -1).astype(np.int32, copy=False)
 
 
 def _ip_key_text(k: bytes) -> str:
-    import ipaddress
-
     if k[0] == 4:
         return str(ipaddress.IPv4Address(k[13:17]))
     return str(ipaddress.IPv6Address(k[1:17]))
+
+
+# -- string columns as Arrow string views -----------------------------------------------------------
+_VIEWS = hasattr(pa, "string_view")     # pyarrow >= 16; older ones get plain (copied) strings
+# A view is 16 bytes: length (int32), then the string itself if it has at most 12 bytes, else its
+# first 4 bytes, a buffer index and an offset into that buffer. Building a column is then one gather
+# of 16-byte views from a small table (one per distinct text), and polars adopts it without copying.
+
+def _views(texts: list) -> tuple[np.ndarray, pa.Buffer]:
+    """Return the view table of texts (None = empty), plus an empty view last, and its data buffer."""
+    enc = [b"" if t is None else t.encode() for t in texts]
+    blob = b"".join(enc)
+    k = len(enc)
+    lens = np.zeros(k + 1, np.int64)
+    lens[:k] = np.fromiter(map(len, enc), np.int64, k)
+    starts = np.zeros(k + 1, np.int64)
+    np.cumsum(lens[:k], out=starts[1:])
+    src = np.frombuffer(blob + bytes(12), np.uint8)
+    head = src[starts[:, None] + np.arange(12)]        # first 12 bytes of each (zero-padded at the end)
+    head[np.arange(12)[None, :] >= lens[:, None]] = 0
+    tab = np.zeros((k + 1, 4), np.int32)
+    tab[:, 0] = lens
+    tab.view(np.uint8)[:, 4:16] = head
+    long_ = lens > 12
+    tab[long_, 2] = 0                                    # buffer index
+    tab[long_, 3] = starts[long_]
+    return tab.view("V16").ravel(), pa.py_buffer(blob)
+
+
+def _mac_views(values: np.ndarray) -> tuple[np.ndarray, pa.Buffer]:
+    """Return the view table (an empty view last) and data of 48-bit integers as aa:bb:cc:dd:ee:ff."""
+    k = len(values)
+    text = np.full((k, 17), ord(":"), np.uint8)
+    v = values.astype(np.uint64)
+    for i in range(12):     # hex digit i from the left: 2 per byte, a colon after each pair
+        text[:, i + i // 2] = _HEX[(v >> np.uint64(44 - 4 * i)) & np.uint64(15)]
+    tab = np.zeros((k + 1, 4), np.int32)
+    tab[:k, 0] = 17
+    tab.view(np.uint8)[:k, 4:8] = text[:, :4]
+    tab[:k, 3] = np.arange(k, dtype=np.int32) * 17
+    return tab.view("V16").ravel(), pa.py_buffer(text.tobytes())
+
+
+def _views_at(table: np.ndarray, data: pa.Buffer, codes: np.ndarray, valid: np.ndarray) -> pa.Array:
+    """Return a string-view array: the view of codes[i] (-1: the empty view, null) at each row."""
+    n = len(codes)
+    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    views = np.take(table, codes)
+    return pa.Array.from_buffers(pa.string_view(), n, [bitmap, pa.py_buffer(views), data])
+
+
+def _texts_at(texts: list, codes: np.ndarray, valid: np.ndarray) -> pa.Array:
+    """Return a string-view array of texts[codes[i]], null where not valid (codes -1)."""
+    if not _VIEWS:
+        return pc.take(pa.array(texts, pa.string()), pa.array(codes, mask=~valid))
+    return _views_at(*_views(texts), codes, valid)
 
 
 def _from_numpy(values: np.ndarray, valid: np.ndarray | None, atype: pa.DataType) -> pa.Array:
@@ -259,4 +383,6 @@ def to_polars(table: pa.Table) -> pl.DataFrame:
     """Return an Arrow chunk as a polars frame with the exact schema dtypes."""
     df = pl.from_arrow(table, rechunk=False)
     assert isinstance(df, pl.DataFrame)
+    if df.schema == SCHEMA:
+        return df
     return df.cast(SCHEMA)  # type: ignore[arg-type]

@@ -42,6 +42,7 @@ class CaptureFile:
         self.data = np.frombuffer(self._mm, dtype=np.uint8)
         self._reader = None
         self._iterated = False
+        self.gzipped = False
         try:
             self._reader = self._open_reader()
         except BaseException:
@@ -90,18 +91,19 @@ class CaptureFile:
         if self._iterated:
             raise RuntimeError("chunks() can be iterated once per open_capture()")
         self._iterated = True
-        reader, released = self._reader, 0
+        reader, pages = self._reader, self.pages(keep)
         pos, done = reader.start, False
-        ends: list[int] = []
         while not done:
             pieces, pos, done = reader.walk(pos, pos + self.chunk_bytes)
             chunk = _concat(pieces)
             if len(chunk):
                 self.stats.records += len(chunk)
                 yield chunk
-            ends.append(min(pos, self.size))
-            if len(ends) > keep:
-                released = self._release(released, ends.pop(0))
+            pages.done(min(pos, self.size))
+
+    def pages(self, keep: int = 0) -> PageRelease:
+        """Return a tracker that releases the pages of chunks once `keep` later ones are handed out."""
+        return PageRelease(self, keep)
 
     def _release(self, start: int, upto: int) -> int:
         # Pages below the next record are done with: drop them from our resident set (the page cache
@@ -111,6 +113,16 @@ class CaptureFile:
             self._mm.madvise(mmap.MADV_DONTNEED, start, end - start)
             return end
         return start
+
+    def adopt(self, state: dict) -> None:
+        """Take the counts and the interfaces that a walk of this file in another process found."""
+        self._iterated = True
+        self.stats = state["stats"]
+        reader = self._reader
+        reader.interfaces[:] = state["interfaces"]
+        reader.names = state["names"]
+        reader.sections = state["sections"]
+        reader.if_stats = state["if_stats"]
 
     def close(self) -> None:
         """Release the mapping (it stays alive while the caller still holds chunk arrays)."""
@@ -130,6 +142,21 @@ class CaptureFile:
         self.close()
 
 
+class PageRelease:
+    """Releases the pages of handed-out chunks, `keep` chunks behind the newest."""
+
+    def __init__(self, cap: CaptureFile, keep: int):
+        self.cap, self.keep = cap, keep
+        self.released = 0
+        self.ends: list[int] = []
+
+    def done(self, end: int) -> None:
+        """Note that the records before file offset `end` have been handed out."""
+        self.ends.append(end)
+        if len(self.ends) > self.keep:
+            self.released = self.cap._release(self.released, self.ends.pop(0))  # noqa: SLF001
+
+
 def open_capture(path: str | os.PathLike, chunk_bytes: int = 16 << 20) -> CaptureFile:
     """Return an open CaptureFile for a pcap or pcapng file (or a gzipped one); else raise CaptureError."""
     name = os.fspath(path)
@@ -143,7 +170,9 @@ def open_capture(path: str | os.PathLike, chunk_bytes: int = 16 << 20) -> Captur
             fh.seek(0)
             tmp = _gunzip(name, fh, warnings)
             with tmp:
-                return CaptureFile(name, tmp, chunk_bytes, warnings)
+                cap = CaptureFile(name, tmp, chunk_bytes, warnings)
+                cap.gzipped = True
+                return cap
         fh.seek(0)
         return CaptureFile(name, fh, chunk_bytes, warnings)
 

@@ -13,8 +13,8 @@ import numpy as np
 
 from .columns import ColumnBuilder
 from .dot11_frame import frame_dot11
-from .dot11_mgmt import decode_mgmt_body, hex_rows, lost, put_texts
-from .gather import u8, ube, ule
+from .dot11_mgmt import decode_mgmt_body, lost, put_hex
+from .gather import Window, u8, ule
 from .span import Span
 
 __all__ = ["decode_dot11", "frame_dot11", "LINK_DECODERS", "LINK_FRAME_DECODERS"]
@@ -103,12 +103,18 @@ def _pick(mask: np.ndarray):
     return slice(None) if mask.all() else np.flatnonzero(mask)
 
 
+# Bytes of the MAC header copied per frame: the longest header (4 addresses, QoS, HT control: 36)
+# plus LLC/SNAP, and an A-MSDU subframe header or mesh control for most frames.
+WINDOW = 64
+
+
 def decode_dot11(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     """Decode 802.11 MAC headers; return the rows whose LLC/SNAP payload follows, kind = EtherType."""
     if not len(span):
         return _empty_span()
-    rows, s = span.rows, span.start.astype(np.int64)
-    e, cl, cut = span.end.astype(np.int64), span.claimed.astype(np.int64), span.cut
+    rows, s = span.rows, span.start.astype(np.int64, copy=False)
+    e = span.end.astype(np.int64, copy=False)
+    cl, cut = span.claimed.astype(np.int64, copy=False), span.cut
     # Decoding goes on: the captured bytes themselves may well be consistent.
     out.malformed(rows[cl - s > MAX_MPDU], R_TOO_LONG)
 
@@ -116,53 +122,50 @@ def decode_dot11(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     out.malformed(rows[bad], R_HEADER)
     k = _pick(~miss)
     rows, s, e, cl, cut = rows[k], s[k], e[k], cl[k], cut[k]
-    fc = ule(buf, s, 2)
-    fc0, fl = fc & 0xFF, fc >> 8
+    h = Window(buf, s, WINDOW)      # one gather: every header field below is read from this copy
+    fc0, fl = h.u8(0).astype(np.int64), h.u8(1).astype(np.int64)
     v0 = (fc0 & 3) == 0
     out.malformed(rows[~v0], R_VERSION)
     k = _pick(v0)
-    rows, s, e, cl, cut, fc0, fl = rows[k], s[k], e[k], cl[k], cut[k], fc0[k], fl[k]
+    rows, s, e, cl, cut, fc0, fl, h = rows[k], s[k], e[k], cl[k], cut[k], fc0[k], fl[k], h.take(k)
     ftype = (fc0 >> 2) & 3
     sub = fc0 >> 4
     _put_fc(out, rows, ftype, sub, fl)
 
-    k = _pick(s + 4 <= e)
-    out.put("wlan_duration", rows[k], ule(buf, s[k] + 2, 2))
-    a1 = ube(buf, s + 4, 6)
-    k = _pick(s + 10 <= e)
-    out.put("wlan_ra", rows[k], a1[k])
+    avail = e - s
+    out.put_where("wlan_duration", rows, h.ule(2, 2), avail >= 4)
+    a1 = h.ube(4, 6)
+    out.put_where("wlan_ra", rows, a1, avail >= 10)
 
-    code = ((fc0 >> 2) | ((fl & 3) << 6) | ((fl >> 7) << 8)).astype(np.int64)
+    code = (fc0 >> 2) | ((fl & 3) << 6) | ((fl >> 7) << 8)
     hdr = _HDR[code]
     miss, bad = lost(s + hdr, e, cl, cut)
     out.malformed(rows[bad], R_HEADER)
     k = _pick(~miss)
-    rows, s, e, cl, cut = rows[k], s[k], e[k], cl[k], cut[k]
+    rows, s, e, cl, cut, h = rows[k], s[k], e[k], cl[k], cut[k], h.take(k)
     fl, ftype, sub, code, hdr, a1 = fl[k], ftype[k], sub[k], code[k], hdr[k], a1[k]
 
-    _put_addresses(buf, out, rows, s, code, a1)
+    _put_addresses(h, out, rows, code, a1)
     n = len(rows)
-    k = _pick(_SEQ[code])
-    sc = ule(buf, s[k] + 22, 2)
-    out.put("wlan_seq", rows[k], sc >> 4)
-    out.put("wlan_frag", rows[k], sc & 15)
-    frag = np.zeros(n, np.uint64)
-    frag[k] = sc & 15
+    has_seq = _SEQ[code]
+    sc = h.ule(22, 2)
+    out.put_where("wlan_seq", rows, sc >> 4, has_seq)
+    frag = np.where(has_seq, sc & 15, 0)
+    out.put_where("wlan_frag", rows, frag, has_seq)
     qoff = _QOS[code]
     qos = qoff > 0
-    qc = np.zeros(n, np.uint64)
     amsdu = np.zeros(n, bool)
+    qc = np.zeros(n, np.uint64)
     if qos.any():
-        k = _pick(qos)
-        qc[k] = ule(buf, s[k] + qoff[k], 2)
-        out.put("wlan_tid", rows[k], qc[k] & 15)
+        # the QoS field follows the third address (24) or the fourth (30)
+        qc = np.where(qos, np.where(qoff == 30, h.ule(30, 2), h.ule(24, 2)), 0)
+        out.put_where("wlan_tid", rows, qc & 15, qos)
         amsdu_ok = _AMSDU_OK[code]
         amsdu = amsdu_ok & ((qc >> 7) & 1).astype(bool)
-        k = _pick(amsdu_ok)
-        out.put("wlan_amsdu", rows[k], amsdu[k])
+        out.put_where("wlan_amsdu", rows, amsdu, amsdu_ok)
         if amsdu.any():
             k = np.flatnonzero(amsdu)
-            _amsdu_addresses(buf, out, rows[k], s[k], fl[k])
+            _amsdu_addresses(h.take(k), out, rows[k], fl[k])
 
     body = s + hdr
     protected = ((fl & 0x40) != 0) & (ftype != 1) & (ftype != 3)
@@ -180,8 +183,9 @@ def decode_dot11(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
 
     # Data with a body: not protected, a subtype that carries data, the first fragment only (later
     # fragments carry no LLC header; tshark with defragmentation off shows them as data).
-    k = np.flatnonzero((ftype == 2) & ~protected & ((sub & 4) == 0) & (frag == 0))
-    return _data_body(buf, out, rows[k], body[k], e[k], cl[k], cut[k], fl[k], qc[k], qos[k], amsdu[k])
+    k = _pick((ftype == 2) & ~protected & ((sub & 4) == 0) & (frag == 0))
+    return _data_body(h.take(k), out, rows[k], hdr[k], e[k], cl[k], cut[k], fl[k], qc[k], qos[k],
+                      amsdu[k])
 
 
 def _put_fc(out: ColumnBuilder, rows: np.ndarray, ftype, sub, fl) -> None:
@@ -194,35 +198,33 @@ def _put_fc(out: ColumnBuilder, rows: np.ndarray, ftype, sub, fl) -> None:
         out.put(name, rows, (fl & bit) != 0)
 
 
-def _put_addresses(buf, out: ColumnBuilder, rows, s, code, a1) -> None:
+def _put_addresses(h: Window, out: ColumnBuilder, rows, code, a1) -> None:
     """Write each address role from the slot the layout table names for it."""
     n = len(rows)
     width = _HDR[code]
     slots = np.zeros((5, n), np.uint64)
     slots[1] = a1
-    for i in (2, 3, 4):     # read a slot only where it lies inside the header
-        k = _pick(width >= _ADDR_AT[i] + 6)
-        if not isinstance(k, slice) and not len(k):
-            continue
-        slots[i][k] = ube(buf, s[k] + _ADDR_AT[i], 6)
+    for i in (2, 3, 4):     # a slot is read only where it lies inside the header
+        inside = width >= _ADDR_AT[i] + 6
+        if inside.any():
+            np.copyto(slots[i], h.ube(_ADDR_AT[i], 6), where=inside)
+    flat = slots.reshape(-1)
     col = np.arange(n)
     for name, role in zip(_ROLES[1:], _ROLE[1:]):
         slot = role[code]
-        k = _pick(slot > 0)
-        if isinstance(k, slice):
-            out.put(name, rows, slots[slot, col])
-        elif len(k):
-            out.put(name, rows[k], slots[slot[k], k])
+        has = slot > 0
+        if has.any():
+            out.put_where(name, rows, flat[slot * n + col], has)
 
 
-def _amsdu_addresses(buf, out: ColumnBuilder, rows, s, fl) -> None:
+def _amsdu_addresses(h: Window, out: ColumnBuilder, rows, fl) -> None:
     """A-MSDU headers carry the BSSID where DA (To DS) or SA (From DS) would be; the real ones are
     in the subframes. Like tshark, drop them here (the first subframe's are written later)."""
     ds = fl & 3
     out.clear("wlan_da", rows[(ds & 1) == 1])
     out.clear("wlan_sa", rows[(ds & 2) == 2])
     four = ds == 3
-    out.put("wlan_bssid", rows[four], ube(buf, s[four] + 16, 6))
+    out.put("wlan_bssid", rows[four], h.ube(16, 6)[four])
 
 
 def _protected(buf, out: ColumnBuilder, rows, body, e, cl, cut) -> None:
@@ -276,55 +278,67 @@ def _block_ack(buf, out: ColumnBuilder, rows, s, e, cl, cut, sub) -> None:
     has_bm &= s + bm_at + bm_len <= e
     for ln in np.unique(bm_len[has_bm]).tolist():
         k = np.flatnonzero(has_bm & (bm_len == ln))
-        put_texts(out, "wlan_ba_bitmap", rows[k], hex_rows(buf, s[k] + bm_at[k], ln))
+        put_hex(out, "wlan_ba_bitmap", rows[k], buf, s[k] + bm_at[k], ln)
 
 
-def _data_body(buf, out: ColumnBuilder, rows, pos, e, cl, cut, fl, qc, qos, amsdu) -> Span:
-    """Walk mesh control, the first A-MSDU subframe header and LLC/SNAP; return the next-layer span."""
+def _data_body(h: Window, out: ColumnBuilder, rows, at, e, cl, cut, fl, qc, qos, amsdu) -> Span:
+    """Walk mesh control, the first A-MSDU subframe header and LLC/SNAP; return the next-layer span.
+
+    `at` is where the body starts in each row's window `h` (the header length)."""
     if not len(rows):
         return _empty_span()
+    s = h.pos
     # 802.11s mesh control follows the QoS field of 4-address QoS data whose QoS "mesh control
     # present" bit is set and whose first body byte looks like mesh flags (tshark's test).
-    mf = u8(buf, pos)
-    mesh = qos & ~amsdu & ((fl & 3) == 3) & (((qc >> 8) & 1) == 1) & (pos + 1 <= e) & ((mf & 0xFC) == 0)
-    ae = (mf & 3).astype(np.int64)
-    mlen = np.where(mesh, 6 + 6 * ae, 0)
-    miss, bad = lost(pos + mlen, e, cl, cut)
-    miss &= mesh
-    bad &= mesh
-    out.malformed(rows[bad], R_MESH)
-    keep = ~miss & ~(mesh & (ae == 3))   # address extension mode 3 is reserved: stop there
-    pos = pos + mlen
+    mesh = qos & ~amsdu & ((fl & 3) == 3) & (((qc >> 8) & 1) == 1) & (s + at + 1 <= e)
+    keep = np.ones(len(rows), bool)
+    if mesh.any():
+        mf = h.u8(at)
+        mesh &= (mf & 0xFC) == 0
+        ae = (mf & 3).astype(np.int64)
+        mlen = np.where(mesh, 6 + 6 * ae, 0)
+        miss, bad = lost(s + at + mlen, e, cl, cut)
+        miss &= mesh
+        bad &= mesh
+        out.malformed(rows[bad], R_MESH)
+        keep = ~miss & ~(mesh & (ae == 3))   # address extension mode 3 is reserved: stop there
+        at = at + mlen
 
     # A-MSDU: decode the first subframe (DA, SA, length; then its LLC/SNAP) as tshark's first
     # occurrence does.
-    miss, bad = lost(pos + 14, e, cl, cut)
-    out.malformed(rows[bad & amsdu & keep], R_AMSDU)
-    keep &= ~(miss & amsdu)
-    k = np.flatnonzero(amsdu & keep)
-    ds = fl[k] & 3
-    m = (ds & 1) == 1
-    out.put("wlan_da", rows[k[m]], ube(buf, pos[k[m]], 6))
-    m = (ds & 2) == 2
-    out.put("wlan_sa", rows[k[m]], ube(buf, pos[k[m]] + 6, 6))
-    sub_end = pos + 14 + ube(buf, pos + 12, 2).astype(np.int64)
-    lim_e = np.where(amsdu, np.minimum(e, sub_end), e)
-    lim_c = np.where(amsdu, np.minimum(cl, sub_end), cl)
-    pos = np.where(amsdu, pos + 14, pos)
+    lim_e, lim_c = e, cl
+    if amsdu.any():
+        miss, bad = lost(s + at + 14, e, cl, cut)
+        out.malformed(rows[bad & amsdu & keep], R_AMSDU)
+        keep &= ~(miss & amsdu)
+        k = np.flatnonzero(amsdu & keep)
+        ds = fl[k] & 3
+        hk = h.take(k)
+        m = (ds & 1) == 1
+        out.put("wlan_da", rows[k[m]], hk.ube(at[k], 6)[m])
+        m = (ds & 2) == 2
+        out.put("wlan_sa", rows[k[m]], hk.ube(at[k] + 6, 6)[m])
+        sub_end = s + at + 14 + h.ube(at + 12, 2).astype(np.int64)
+        lim_e = np.where(amsdu, np.minimum(e, sub_end), e)
+        lim_c = np.where(amsdu, np.minimum(cl, sub_end), cl)
+        at = np.where(amsdu, at + 14, at)
 
+    pos = s + at
     miss, bad = lost(pos + 3, lim_e, lim_c, cut)
     out.malformed(rows[bad & keep], R_LLC)
     keep &= ~miss
-    snap = keep & (ube(buf, pos, 3) == 0xAAAA03)
+    llc = h.ube(at, 8)          # DSAP, SSAP, control, OUI, EtherType in one read
+    snap = keep & ((llc >> np.uint64(40)) == 0xAAAA03)
     miss, bad = lost(pos + 8, lim_e, lim_c, cut)
     out.malformed(rows[bad & snap], R_SNAP)
     snap &= ~miss
-    oui = ube(buf, pos + 3, 3)
+    oui = (llc >> np.uint64(16)) & np.uint64(0xFFFFFF)
     snap &= (oui == 0) | (oui == 0xF8)   # RFC 1042 and 802.1H bridge-tunnel encapsulation
-    k = np.flatnonzero(snap)
-    et = ube(buf, pos[k] + 6, 2).astype(np.int64)
-    out.put("eth_type", rows[k], et)
-    return Span(rows[k], pos[k] + 8, lim_e[k], lim_c[k], et, cut[k])
+    k = _pick(snap)
+    et = (llc[k] & np.uint64(0xFFFF)).astype(np.int64)
+    rk = rows[k]
+    out.put("eth_type", rk, et)
+    return Span(rk, pos[k] + 8, lim_e[k], lim_c[k], et, cut[k])
 
 
 LINK_DECODERS = {105: decode_dot11}

@@ -5,7 +5,7 @@ import numpy as np
 import pyarrow as pa
 
 from .columns import ColumnBuilder, escape_bytes
-from .gather import u8, ule, window
+from .gather import rows_bytes, u8, ule, window
 
 R_FIXED = "dot11: management body shorter than its mandatory fields"
 R_ELEMENT = "dot11: information element overruns the frame"
@@ -45,13 +45,20 @@ def put_texts(out: ColumnBuilder, name: str, rows: np.ndarray, texts: list) -> N
         put(name, r, t)
 
 
-def hex_rows(buf: np.ndarray, pos: np.ndarray, width: int) -> list[str]:
-    """Return the `width` bytes at each position as lower-case hex strings."""
-    if not len(pos):
-        return []
-    text = window(buf, pos, width).tobytes().hex()
-    w = 2 * width
-    return [text[i:i + w] for i in range(0, len(text), w)]
+def put_hex(out: ColumnBuilder, name: str, rows: np.ndarray, buf: np.ndarray, pos: np.ndarray,
+            width: int) -> None:
+    """Write the `width` bytes at each position as lower-case hex text (each distinct value is
+    formatted once: bitmaps repeat a lot)."""
+    if not len(rows):
+        return
+    keys = np.ascontiguousarray(rows_bytes(buf, pos, width)).view(f"V{width}").ravel()
+    uniq, codes = np.unique(keys, return_inverse=True)
+    texts = [bytes(u).hex() for u in uniq.tolist()]
+    bulk = getattr(out, "put_coded", None)
+    if bulk is not None:
+        bulk(name, rows, texts, codes.reshape(-1))
+    else:
+        put_texts(out, name, rows, [texts[c] for c in codes.reshape(-1).tolist()])
 
 
 def decode_mgmt_body(buf: np.ndarray, out: ColumnBuilder, rows: np.ndarray, body: np.ndarray,

@@ -33,11 +33,13 @@ def _dispatch(buf, span: Span, table: dict, out: ColumnBuilder, layer: str) -> l
     nxt: list[Span] = []
     if not len(span):
         return nxt
-    for kind in np.unique(span.kind).tolist():
+    lo, hi = int(span.kind.min()), int(span.kind.max())
+    for kind in [lo] if lo == hi else np.unique(span.kind).tolist():
         fn = table.get(int(kind))
         if fn is None:
             continue
-        nxt += _spans(_guarded(fn, buf, span.take(span.kind == kind), out, f"{layer} {kind:#x}"))
+        part = span if lo == hi else span.take(span.kind == kind)
+        nxt += _spans(_guarded(fn, buf, part, out, f"{layer} {kind:#x}"))
     return nxt
 
 
@@ -45,6 +47,8 @@ def decode_chunk(chunk: RecordChunk) -> tuple[pa.Table, int]:
     """Return the chunk decoded as an Arrow table, and how many rows went to the reference decoder."""
     n = len(chunk)
     out = ColumnBuilder(n)
+    if chunk.fcs_first is not None:
+        out.fcs_verdicts = (chunk.fcs_first, chunk.offset + chunk.caplen, chunk.fcs_ok)
     buf = chunk.data
     start = chunk.offset.astype(np.int64)
     end = start + chunk.caplen
@@ -53,7 +57,7 @@ def decode_chunk(chunk: RecordChunk) -> tuple[pa.Table, int]:
                 chunk.linktype.astype(np.int64), chunk.caplen < chunk.wirelen)
 
     unknown = ~np.isin(span.kind, np.fromiter(registry.LINK_DECODERS, np.int64))
-    for lt in np.unique(span.kind[unknown]).tolist():
+    for lt in np.unique(span.kind[unknown]).tolist() if unknown.any() else []:
         out.malformed(span.rows[span.kind == lt],
                       f"link type {lt} ({registry.linktype_name(lt)}) is not decoded")
 

@@ -1,6 +1,7 @@
 """Capture files to packet tables: streaming chunks, counts of everything read, decoder choice."""
 from __future__ import annotations
 
+import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -10,11 +11,14 @@ import numpy as np
 import polars as pl
 
 from .columns import to_polars
-from .containers import open_capture
+from .containers import CaptureFile, open_capture
 from .fast import decode_chunk
 from .records import RecordChunk
 from .reference import decode_record
 from .schema import SCHEMA
+from .walkproc import HelperFailed, WalkHelper, chunk_from
+
+log = logging.getLogger(__name__)
 
 DECODERS = ("fast", "reference")
 
@@ -98,8 +102,8 @@ def _decode(chunk: RecordChunk, decoder: str) -> tuple[RecordChunk, pl.DataFrame
 def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int):
     """Yield (chunk, table, fallback count) in file order, decoding up to `threads` chunks at once.
 
-    numpy, Arrow, polars and the CRC release the GIL for most of a chunk's work, so a second core
-    helps; at most threads + 1 chunks are in flight, which keeps memory bounded.
+    numpy, Arrow and polars release the GIL for part of a chunk's work, so a second core helps
+    somewhat; at most threads + 1 chunks are in flight, which keeps memory bounded.
     """
     if threads <= 1:
         for chunk in chunks:
@@ -118,14 +122,87 @@ def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int):
             yield pending.popleft().result()
 
 
+# Radiotap captures at least this large have their records walked and FCSs checked by a helper
+# process (a CRC-32 per frame is the largest GIL-bound cost there; other captures gain little); the
+# first HERE_BYTES of records are decoded here as usual meanwhile (the helper takes ~0.15 s to start).
+HELPER_MIN_BYTES = 160 << 20
+HERE_BYTES = 96 << 20
+RADIOTAP = 127
+
+
+def _use_helper(cap: CaptureFile, decoder: str, threads: int, walk_helper: bool) -> bool:
+    return (walk_helper and threads > 1 and decoder == "fast" and cap.size >= HELPER_MIN_BYTES
+            and not cap.gzipped and os.name == "posix"
+            and bool(cap.interfaces) and cap.interfaces[0].linktype == RADIOTAP)
+
+
+def _helped_chunks(cap: CaptureFile, path: str, keep: int) -> Iterator[RecordChunk]:
+    """Yield the file's chunks: the first few walked here while a helper process starts (see
+    walkproc), then the helper's. If the helper cannot start or fails on the way, walk the rest
+    here: the chunks are the same either way."""
+    first = max(1, HERE_BYTES // cap.chunk_bytes)
+    helper = WalkHelper.start(path, cap.chunk_bytes, first, cap.size)
+    handed = 0
+    try:
+        own = cap.chunks(keep=keep)
+        for i, chunk in enumerate(own):
+            handed += len(chunk)
+            yield chunk
+            if helper is not None and i + 1 == first:
+                break
+        else:
+            return                # the whole file was walked here
+        own.close()
+        pages = cap.pages(keep)
+        for kind, msg in helper.messages():
+            if kind == "end":
+                cap.adopt(msg)
+                return
+            chunk = chunk_from(msg, cap.data)
+            handed += len(chunk)
+            yield chunk
+            pages.done(int(chunk.offset[-1] + chunk.caplen[-1]))
+    except HelperFailed as exc:
+        log.debug("walk helper for %s failed (%s); walking in this process", path, exc)
+    finally:
+        if helper is not None:
+            helper.close()
+    yield from _rewalk(cap, path, keep, handed)
+
+
+def _rewalk(cap: CaptureFile, path: str, keep: int, handed: int) -> Iterator[RecordChunk]:
+    """Walk the file again here, yielding what follows its first `handed` records; then let `cap`
+    report this walk's counts."""
+    with open_capture(path, chunk_bytes=cap.chunk_bytes) as again:
+        for chunk in again.chunks(keep=keep):
+            if handed >= len(chunk):
+                handed -= len(chunk)
+                continue
+            if handed:
+                chunk, handed = _tail(chunk, handed), 0
+            yield chunk
+        cap.adopt({"stats": again.stats, "interfaces": again.interfaces, "names": again.names,
+                   "sections": again.sections, "if_stats": again.if_stats})
+
+
+def _tail(chunk: RecordChunk, skip: int) -> RecordChunk:
+    """Return the chunk without its first `skip` records."""
+    cut = {k: getattr(chunk, k)[skip:] for k in ("offset", "caplen", "wirelen", "ts_ns", "linktype",
+                                                  "iface", "frame")}
+    return RecordChunk(data=chunk.data, comments={r - skip: c for r, c in chunk.comments.items() if r >= skip},
+                       has_ts=None if chunk.has_ts is None else chunk.has_ts[skip:], **cut)
+
+
 def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int = 16 << 20,
                 stats: IngestStats | None = None,
                 progress: Callable[[int], None] | None = None,
-                threads: int | None = None) -> Iterator[pl.DataFrame]:
+                threads: int | None = None, walk_helper: bool = True) -> Iterator[pl.DataFrame]:
     """Yield the capture as packet tables of about chunk_bytes of records each; fill stats as it goes.
 
     Raises records.CaptureError when the file is not a capture we can read at all. `threads` chunks
-    are decoded at once (default: the number of CPUs, at most 4).
+    are decoded at once (default: the number of CPUs, at most 4); with `threads` > 1 and walk_helper,
+    a large file's records are instead walked and its FCSs checked by a helper process (walkproc)
+    while this one decodes `threads` - 1 chunks at once.
     """
     if threads is None:
         threads = min(os.cpu_count() or 1, 4)
@@ -137,7 +214,12 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
         stats.format = cap.format
         stats.file_bytes = cap.size
         done = 0
-        for chunk, df, nfall in _decoded(cap.chunks(keep=threads if threads > 1 else 0), decoder, threads):
+        if _use_helper(cap, decoder, threads, walk_helper):
+            threads -= 1
+            chunks = _helped_chunks(cap, os.fspath(path), keep=threads if threads > 1 else 0)
+        else:
+            chunks = cap.chunks(keep=threads if threads > 1 else 0)
+        for chunk, df, nfall in _decoded(chunks, decoder, threads):
             stats.fallback += nfall
             _account(stats, chunk, df)
             if progress is not None and len(chunk):
@@ -160,8 +242,12 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
 
 
 def read_capture(path: str | os.PathLike, decoder: str = "fast", stats: IngestStats | None = None,
-                 chunk_bytes: int = 16 << 20, threads: int | None = None) -> pl.DataFrame:
-    """Return the whole capture as one packet table (decoder 'fast' or 'reference')."""
+                 chunk_bytes: int = 32 << 20, threads: int | None = None) -> pl.DataFrame:
+    """Return the whole capture as one packet table (decoder 'fast' or 'reference').
+
+    Chunks are larger than iter_tables' by default: the whole table is kept anyway, and each chunk
+    has a fixed cost (a few thousand numpy calls) that larger chunks spread thinner.
+    """
     parts = list(iter_tables(path, decoder=decoder, chunk_bytes=chunk_bytes, stats=stats,
                              threads=threads))
     if not parts:

@@ -34,9 +34,10 @@ import numpy as np
 
 from . import phyrate
 from .columns import ColumnBuilder
+from .fcs import crc_ok
 from .gather import ube, ule
 from .radiotap import (DMG_MHZ, chan_flags_phy, decode_radiotap, fcs_crc_ok, frame_radiotap,
-                       legacy_rate_phy, _crc_ok, _gather, _put_text, _CHAN_HT, _CHAN_IGNORED,
+                       legacy_rate_phy, _gather, _put_text, _CHAN_HT, _CHAN_IGNORED,
                        _CHAN_LEGACY)
 from .span import KIND_DOT11, Span, concat
 
@@ -384,7 +385,7 @@ def _ppi_group(buf, span: Span, out: ColumnBuilder, idx: np.ndarray, plen: np.nd
         keep &= ~(short & ~cut)
         check = np.flatnonzero(fcs & ~cut & ~short)
         if len(check):
-            bad[check] |= ~_crc_ok(buf, nstart[check], claimed[check] - 4)
+            bad[check] |= ~crc_ok(buf, nstart[check], claimed[check])
         out.put("fcs_bad", rows, bad)
         claimed = np.where(fcs, claimed - 4, claimed)
         end = np.minimum(end, claimed)

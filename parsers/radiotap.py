@@ -41,18 +41,11 @@ import zlib
 
 import numpy as np
 
-try:  # a CRC-32 with carry-less multiplication is ~10x faster than zlib's on large captures
-    from isal.isal_zlib import crc32 as _crc32
-except ImportError:  # pragma: no cover - optional speed-up
-    try:
-        from zlib_ng.zlib_ng import crc32 as _crc32
-    except ImportError:
-        from zlib import crc32 as _crc32
-
 from . import phyrate
 from .columns import ColumnBuilder
-from .gather import ule
-from .span import KIND_DOT11, Span
+from .fcs import crc_ok
+from .gather import rows_bytes, ule
+from .span import KIND_DOT11, Span, in_row_order
 
 # bit -> (radiotap.org name, alignment, size) in the radiotap namespace.
 FIELDS: dict[int, tuple[str, int, int]] = {
@@ -653,15 +646,25 @@ def _put_text(out: ColumnBuilder, name: str, rows: np.ndarray, text: str) -> Non
     out._obj.setdefault(name, {}).update(dict.fromkeys(rows.tolist(), text))  # noqa: SLF001
 
 
-def _crc_ok(buf: np.ndarray, first: np.ndarray, fcs_at: np.ndarray) -> np.ndarray:
-    """Return, per row, whether the LE u32 at fcs_at is the CRC-32 of buf[first:fcs_at]."""
-    mv = memoryview(buf)
-    crcs = np.fromiter(map(_crc32, map(mv.__getitem__, map(slice, first.tolist(), fcs_at.tolist()))),
-                       dtype=np.uint64, count=len(first))
-    return crcs == ule(buf, fcs_at, 4)
+def _fcs_ok(buf: np.ndarray, out: ColumnBuilder, rows: np.ndarray, first: np.ndarray,
+            end: np.ndarray) -> np.ndarray:
+    """Return, per row, whether buf[first:end] ends with the right FCS; verdicts the walk helper
+    already reached for exactly these bytes are taken, the others computed here."""
+    done = out.fcs_verdicts
+    if done is None:
+        return crc_ok(buf, first, end)
+    pre_first, pre_end, pre_ok = done
+    same = (pre_first[rows] == first) & (pre_end[rows] == end)
+    if same.all():
+        return pre_ok[rows]
+    ok = pre_ok[rows] & same
+    rest = np.flatnonzero(~same)
+    ok[rest] = crc_ok(buf, first[rest], end[rest])
+    return ok
 
 
 _HDR = np.dtype([("ver", "u1"), ("pad", "u1"), ("len", "<u2"), ("w0", "<u4")])
+HEAD = 64         # header bytes copied per frame up front (enough for the usual layouts' fields)
 _PHY_NAMES = (None, "legacy", "ht", "vht", "he")
 _LEGACY_FLAGS = np.array(sorted(_CHAN_LEGACY), dtype=np.int64)
 _HT_FLAGS = np.array(sorted(_CHAN_HT), dtype=np.int64)
@@ -680,13 +683,11 @@ def decode_radiotap(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     rows, start, end, cut = span.rows, span.start, span.end, span.cut
     avail = end - start
     ok8 = avail >= 8
-    if ok8.all():
-        hdr = _gather(buf, start, 8).view(_HDR)
-    else:
+    if not ok8.all():
         out.malformed(rows[~ok8 & ~cut], R_SHORT)
-        hdr = np.zeros(n, dtype=_HDR)
-        sel = np.flatnonzero(ok8)
-        hdr[sel] = _gather(buf, start[sel], 8).view(_HDR)
+    # One gather of each header's first bytes: the fixed part here, most layouts' fields later.
+    head = rows_bytes(buf, start, HEAD)
+    hdr = np.ndarray((n,), dtype=_HDR, buffer=head, strides=(HEAD,)) if n else np.zeros(0, _HDR)
     it_len = hdr["len"].astype(np.int64)
     w0 = hdr["w0"]
     good = ok8 & (hdr["ver"] == 0) & (it_len >= 8) & (it_len <= avail)
@@ -710,12 +711,12 @@ def decode_radiotap(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     parts = []
     for sig, g in _signatures(words):
         gidx = idx if g is None else (g if idx is None else idx[g])
-        parts += _decode_group(buf, span, out, gidx, _pick(it_len, g), sig, ())
+        parts += _decode_group(buf, span, out, gidx, _pick(it_len, g), sig, (), head)
     if not parts:
         return span.take(np.zeros(n, bool))
     if len(parts) == 1:
         return Span(*parts[0])
-    return Span(*(np.concatenate([p[i] for p in parts]) for i in range(6)))
+    return in_row_order(Span(*(np.concatenate([p[i] for p in parts]) for i in range(6))))
 
 
 def _presence_words(buf: np.ndarray, pos: np.ndarray, it_len: np.ndarray,
@@ -786,8 +787,10 @@ def _sig_tuple(w: np.ndarray) -> tuple[int, ...]:
 
 
 def _decode_group(buf: np.ndarray, span: Span, out: ColumnBuilder, idx: np.ndarray | None,
-                  it_len: np.ndarray, words: tuple[int, ...], skips: tuple[int, ...]) -> list:
-    """Decode rows sharing one signature (idx into span, None = all); return next-span parts."""
+                  it_len: np.ndarray, words: tuple[int, ...], skips: tuple[int, ...],
+                  head: np.ndarray) -> list:
+    """Decode rows sharing one signature (idx into span, None = all; head: the span's first HEAD
+    bytes per row); return next-span parts."""
     lay = _layout(words, skips)
     if lay.defer:
         out.defer(_pick(span.rows, idx))
@@ -803,7 +806,7 @@ def _decode_group(buf: np.ndarray, span: Span, out: ColumnBuilder, idx: np.ndarr
         res = []
         for v in np.unique(skip).tolist():
             g = skip == v
-            res += _decode_group(buf, span, out, idx[g], it_len[g], words, skips + (int(v),))
+            res += _decode_group(buf, span, out, idx[g], it_len[g], words, skips + (int(v),), head)
         return res
     clean = it_len >= lay.end
     if not clean.all():
@@ -815,7 +818,11 @@ def _decode_group(buf: np.ndarray, span: Span, out: ColumnBuilder, idx: np.ndarr
             return []
     rows = _pick(span.rows, idx)
     start = _pick(span.start, idx)
-    rec = _gather(buf, start, lay.dtype.itemsize).view(lay.dtype)
+    if lay.dtype.itemsize <= HEAD:
+        sub = head if idx is None else head[idx]
+        rec = np.ndarray((len(sub),), dtype=lay.dtype, buffer=sub, strides=(HEAD,))
+    else:
+        rec = _gather(buf, start, lay.dtype.itemsize).view(lay.dtype)
     _put_text(out, "rt_layout", rows, ",".join(f"{w:08x}" for w in words))
     cols = {name: rec[name] for name in lay.dtype.names}
     for key, col in _DIRECT.items():
@@ -965,7 +972,7 @@ def _next_span(buf, span: Span, out: ColumnBuilder, idx: np.ndarray | None, rows
                 keep = ~(short & ~cut)
             check = np.flatnonzero(fcs & ~cut & ~short)
             if len(check):
-                bad[check] |= ~_crc_ok(buf, nstart[check], claimed[check] - 4)
+                bad[check] |= ~_fcs_ok(buf, out, rows[check], nstart[check], claimed[check])
             claimed = np.where(fcs, claimed - 4, claimed)
             end = np.minimum(end, claimed)
         out.put("fcs_bad", rows, bad)

@@ -39,6 +39,8 @@ class RecordChunk:
     frame: np.ndarray       # int64 1-based record number in the file
     comments: dict[int, str] = field(default_factory=dict)  # row -> packet comment (pcapng)
     has_ts: np.ndarray | None = None  # bool per record: False = no time stamp (pcapng SPB, ts_ns 0); None = all
+    fcs_first: np.ndarray | None = None  # int64 per record: where an FCS check began (-1: none made)
+    fcs_ok: np.ndarray | None = None     # bool per record: that check's verdict (frame to record end)
 
     def __len__(self) -> int:
         return len(self.offset)

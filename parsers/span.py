@@ -49,6 +49,24 @@ def concat(spans: list[Span]) -> Span:
                   for f in ("rows", "start", "end", "claimed", "kind", "cut")))
 
 
+def in_row_order(span: Span) -> Span:
+    """Return the span with its rows ascending (rows are unique within a span).
+
+    Decoders that split rows into groups hand them on group by group; writing columns at ascending
+    rows is much cheaper (runs become slices, long index arrays become masks), so order them back.
+    """
+    rows = span.rows
+    if len(rows) < 2 or bool((rows[1:] > rows[:-1]).all()):
+        return span
+    slot = np.full(int(rows.max()) + 1, -1, np.int64)
+    slot[rows] = np.arange(len(rows))
+    order = slot[slot >= 0]
+    if len(order) != len(rows):     # a row twice: leave the order alone rather than lose one
+        return span
+    return Span(rows[order], span.start[order], span.end[order], span.claimed[order], span.kind[order],
+                span.cut[order])
+
+
 # `kind` codes for link payloads that are not EtherTypes.
 KIND_DOT11 = -1       # an 802.11 MAC frame
 KIND_NONE = -2        # nothing decodable follows

@@ -29,6 +29,7 @@ import dpkt
 import numpy as np
 
 from .columns import ColumnBuilder
+from .gather import Window
 from .link import put_index, views
 from .span import Span
 
@@ -117,24 +118,25 @@ def decode_tcp(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
 
 
 NOP_NOP_TS = 0x0101080A     # the usual first option word (Linux, BSD, Windows): NOP, NOP, timestamps
+TS_FIRST = 0x080A           # timestamps option (kind 8, length 10) with no NOPs before it (ns-3)
+NOP_NOP = 0x0101
+SACK = 5
 
 
 def _tcp_options(v, rows: np.ndarray, pos: np.ndarray, hend: np.ndarray, end: np.ndarray,
                  out: ColumnBuilder) -> None:
-    """Write option columns: the usual NOP NOP timestamps prefix in place, the rest walked."""
+    """Write option columns: the usual layouts read in place (NOP NOP timestamps or timestamps first,
+    then end-of-list or a closing NOP NOP SACK), anything else walked."""
     n = len(rows)
     tsval = np.full(n, -1, np.int64)
     tsecr = np.full(n, -1, np.int64)
-    pre = np.flatnonzero((hend >= pos + 12) & (end >= pos + 12))
-    h = v.window(pos[pre], 12)
-    is_ts = h.be32(0) == NOP_NOP_TS
-    pre = pre[is_ts]
-    if len(pre):
-        tsval[pre] = h.be32(4)[is_ts]
-        tsecr[pre] = h.be32(8)[is_ts]
-        pos = pos.copy()
-        pos[pre] += 12
-    walk = np.flatnonzero((pos < hend) & (pos < end))
+    pos = pos.copy()
+    _leading_timestamps(v, pos, hend, end, tsval, tsecr)
+    live = (pos < hend) & (pos < end)
+    k = np.flatnonzero(live)
+    live[k[v.u8[pos[k]] == 0]] = False     # end of option list: the walk would stop there
+    sack_pos, sack_cnt = _closing_sack(v, pos, hend, end)
+    walk = np.flatnonzero(live & (sack_cnt == 0))
     state = _walk_options(v, rows[walk], pos[walk], hend[walk], end[walk], tsval[walk], tsecr[walk], out)
     tsval[walk], tsecr[walk] = state.pop("tsval"), state.pop("tsecr")
     _put_valid(out, "tcp_tsval", rows, tsval)
@@ -143,7 +145,50 @@ def _tcp_options(v, rows: np.ndarray, pos: np.ndarray, hend: np.ndarray, end: np
     for name in ("tcp_mss", "tcp_wscale"):
         _put_valid(out, name, wrows, state[name])
     out.put("tcp_sack_perm", wrows[state["sack_perm"]], True)
-    _put_sack(v, out, wrows, state["sack_pos"], np.minimum(state["sack_cnt"], SACK_MAX_BLOCKS))
+    sack_pos[walk], sack_cnt[walk] = state["sack_pos"], state["sack_cnt"]
+    _put_sack(v, out, rows, sack_pos, np.minimum(sack_cnt, SACK_MAX_BLOCKS))
+
+
+def _leading_timestamps(v, pos: np.ndarray, hend: np.ndarray, end: np.ndarray, tsval: np.ndarray,
+                        tsecr: np.ndarray) -> None:
+    """Read a timestamps option that comes first (after two NOPs, or right away) and is captured
+    whole, as the walk would; move pos past it."""
+    pre = np.flatnonzero((hend >= pos + 10) & (end >= pos + 10))
+    if not len(pre):
+        return
+    h = Window(v.u8, pos[pre], 12)
+    w0 = h.ube(0, 4)
+    room = (hend[pre] >= pos[pre] + 12) & (end[pre] >= pos[pre] + 12)
+    nop_ts = room & (w0 == NOP_NOP_TS)
+    ts = ~nop_ts & ((w0 >> np.uint64(16)) == TS_FIRST)
+    for sel, at in ((nop_ts, 2), (ts, 0)):
+        if sel.any():
+            k = pre[sel]
+            tsval[k] = h.ube(at + 2, 4)[sel]
+            tsecr[k] = h.ube(at + 6, 4)[sel]
+            pos[k] += at + 10
+
+
+def _closing_sack(v, pos: np.ndarray, hend: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return (where the blocks start, block count) of rows whose remaining options are exactly
+    NOP, NOP and one well-formed SACK option ending the header, all captured (count 0 elsewhere).
+
+    That is what the walk would find for them (Linux sends it so), one step instead of four.
+    """
+    n = len(pos)
+    sack_pos = np.full(n, -1, np.int64)
+    sack_cnt = np.zeros(n, np.int64)
+    cand = np.flatnonzero((pos + 4 <= hend) & (hend <= end))
+    if not len(cand):
+        return sack_pos, sack_cnt
+    h = v.window(pos[cand], 4)
+    size = h.u8(3).astype(np.int64)
+    hit = (h.be16(0) == NOP_NOP) & (h.u8(2) == SACK) & (size >= 10) & ((size - 2) % 8 == 0) \
+        & (pos[cand] + 2 + size == hend[cand])
+    k = cand[hit]
+    sack_pos[k] = pos[k] + 4
+    sack_cnt[k] = (size[hit] - 2) // 8
+    return sack_pos, sack_cnt
 
 
 def _walk_options(v, rows: np.ndarray, pos: np.ndarray, hend: np.ndarray, end: np.ndarray,
