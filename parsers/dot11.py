@@ -264,9 +264,10 @@ def _block_ack(buf, out: ColumnBuilder, rows, s, e, cl, cut, sub) -> None:
     bm_at = _BA_BM[bat]
     bm_len = _BA_LEN[bat]
     # Compressed bitmap length from the SSC fragment subfield B1-B2 (tshark: 0 -> 8, 2 -> 32 bytes,
-    # other values: no bitmap).
+    # other values: no bitmap; an SSC that was not captured says nothing, so no bitmap either).
     fbits = ((ssc >> 1) & 3).astype(np.int64)
-    bm_len = np.where(bat == 2, np.where(fbits == 0, 8, np.where(fbits == 2, 32, 0)), bm_len)
+    cbm = np.where(fbits == 0, 8, np.where(fbits == 2, 32, 0))
+    bm_len = np.where(bat == 2, np.where(has_ssc, cbm, 0), bm_len)
     has_bm = is_ba & (bm_at >= 0) & (bm_len > 0)
     need = np.where(ssc_at >= 0, s + ssc_at + 2, s + 18)
     need = np.where(has_bm, s + bm_at + bm_len + _BA_TAIL[bat], need)

@@ -2,12 +2,19 @@
 from __future__ import annotations
 
 import csv
+import os
 import shutil
 import signal
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# CI runs a fixed set of examples (a red run must mean a change broke something); local runs explore.
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus"
