@@ -19,15 +19,9 @@ from .span import Span
 
 __all__ = ["decode_dot11", "frame_dot11", "LINK_DECODERS", "LINK_FRAME_DECODERS"]
 
-R_HEADER = "dot11: frame shorter than its header"
-R_VERSION = "dot11: unsupported protocol version"
-R_IV = "dot11: protected frame shorter than its IV"
-R_BLOCKACK = "dot11: block ack shorter than its fields"
-R_MESH = "dot11: mesh control overruns the frame"
-R_AMSDU = "dot11: A-MSDU subframe header truncated"
-R_LLC = "dot11: LLC header truncated"
-R_SNAP = "dot11: LLC/SNAP header truncated"
-R_TOO_LONG = "dot11: longer than the largest 802.11 MPDU"
+# The malformed reasons are shared with the per-frame decoder: both must say the same thing.
+from .dot11_frame import (R_AMSDU, R_BLOCKACK, R_HEADER, R_IV, R_LLC, R_MESH, R_SNAP,  # noqa: E402
+                          R_TOO_LONG, R_VERSION)
 # The largest MPDU any 802.11 PHY carries (VHT/HE/EHT: 11454 octets, FCS included); a record
 # claiming more on the wire cannot be one frame.
 MAX_MPDU = 11454
