@@ -56,10 +56,12 @@ def decode_chunk(chunk: RecordChunk) -> tuple[pa.Table, int]:
     span = Span(np.arange(n, dtype=np.int64), start, end, claimed,
                 chunk.linktype.astype(np.int64), chunk.caplen < chunk.wirelen)
 
-    unknown = ~np.isin(span.kind, np.fromiter(registry.LINK_DECODERS, np.int64))
-    for lt in np.unique(span.kind[unknown]).tolist() if unknown.any() else []:
-        out.malformed(span.rows[span.kind == lt],
-                      f"link type {lt} ({registry.linktype_name(lt)}) is not decoded")
+    lo, hi = (int(span.kind.min()), int(span.kind.max())) if n else (0, 0)
+    if n and not (lo == hi and lo in registry.LINK_DECODERS):     # one known link type: the usual
+        unknown = ~np.isin(span.kind, np.fromiter(registry.LINK_DECODERS, np.int64))
+        for lt in np.unique(span.kind[unknown]).tolist() if unknown.any() else []:
+            out.malformed(span.rows[span.kind == lt],
+                          f"link type {lt} ({registry.linktype_name(lt)}) is not decoded")
 
     linked = _dispatch(buf, span, registry.LINK_DECODERS, out, "link")
     net = [s for s in linked if not (s.kind == KIND_DOT11).all()]

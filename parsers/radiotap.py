@@ -819,8 +819,8 @@ def _decode_group(buf: np.ndarray, span: Span, out: ColumnBuilder, idx: np.ndarr
     rows = _pick(span.rows, idx)
     start = _pick(span.start, idx)
     if lay.dtype.itemsize <= HEAD:
-        sub = head if idx is None else head[idx]
-        rec = np.ndarray((len(sub),), dtype=lay.dtype, buffer=sub, strides=(HEAD,))
+        rec = np.ndarray((len(head),), dtype=lay.dtype, buffer=head, strides=(HEAD,))
+        rec = rec if idx is None else rec[idx]
     else:
         rec = _gather(buf, start, lay.dtype.itemsize).view(lay.dtype)
     _put_text(out, "rt_layout", rows, ",".join(f"{w:08x}" for w in words))
