@@ -8,7 +8,6 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from parsers.columns import escape_bytes
 from parsers.ingest import IngestStats
 from parsers.records import CaptureError
 from parsers.registry import linktype_name
@@ -25,10 +24,10 @@ def _on_term(signum, frame):  # noqa: ARG001 - signal handler signature
 
 
 def _text(s: object) -> str:
-    """Return capture-derived text safe to print on a terminal."""
-    if s is None:
-        return "-"
-    return escape_bytes(str(s).encode("utf-8", "surrogateescape"))
+    """Return capture-derived text safe to print on a terminal (one escaping rule for every command)."""
+    from .bundle_cli import safe_text
+
+    return safe_text(s)
 
 
 def _seconds(ns: int | None) -> str:
