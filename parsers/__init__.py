@@ -5,6 +5,13 @@
 """
 from __future__ import annotations
 
+import os as _os
+
+# polars' allocator keeps freed pages for 10 s by default: on captures larger than memory that
+# idle memory doubles the peak.  Returned within 100 ms instead (only if polars is not loaded yet,
+# and a value the user set wins).
+_os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:100,muzzy_decay_ms:100")
+
 _LAZY = {
     "IngestStats": "ingest", "iter_tables": "ingest", "read_capture": "ingest",
     "CaptureError": "records",

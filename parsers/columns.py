@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterable
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .schema import SACK_DTYPE, SCHEMA
+from .schema import NAMES, SACK_DTYPE, SCHEMA
 
 _NP = {
     pl.Int64: np.int64, pl.UInt64: np.uint64, pl.UInt32: np.uint32, pl.UInt16: np.uint16,
@@ -28,6 +29,108 @@ _MASK_MIN_ROWS = 256
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
 
+# -- column projection ---------------------------------------------------------------------------------
+# Columns every table has, whatever is asked for: without them a row cannot be placed or judged.
+ALWAYS = ("frame", "ts_ns", "malformed")
+# Columns that come from the record itself (no layer is decoded for them).
+RECORD_COLUMNS = frozenset({"frame", "ts_ns", "caplen", "wirelen", "linktype", "iface", "malformed"})
+_TRANSPORT = frozenset(NAMES[NAMES.index("sport"):])
+_NETWORK = frozenset(c for c in NAMES if c.startswith("ip_"))
+_DOT11 = frozenset(c for c in NAMES if c.startswith("wlan_"))
+# Parts of a decoded layer that only some columns need, and those columns. Each part runs last for
+# the rows it handles (nothing is decoded after it for them), so leaving it out changes no earlier
+# finding: that is what lets a projected read's `malformed` be exactly "what the decoded parts found".
+PARTS: dict[str, frozenset[str]] = {
+    "fcs": frozenset({"fcs_bad"}),                               # CRC-32 of every frame with an FCS
+    "mgmt": frozenset({"wlan_ssid", "wlan_reason", "wlan_status"}),  # management bodies, elements
+    "block_ack": frozenset({"wlan_ba_ssn", "wlan_ba_bitmap"}),
+    "iv": frozenset({"wlan_pn"}),                                # CCMP/TKIP header of protected frames
+    "tcp_options": frozenset({"tcp_mss", "tcp_wscale", "tcp_sack_perm", "tcp_tsval", "tcp_tsecr",
+                              "tcp_sack"}),
+}
+
+
+class Projection:
+    """Which columns a read builds, and so which layers and parts of layers it decodes.
+
+    `columns` are the output columns in schema order (the asked-for ones plus ALWAYS); `store` the
+    columns decoders keep (output, plus what a later layer reads back, e.g. ip_mf for transport, and
+    rt_layout, whose counts the read reports);
+    `decodes(part)` says whether a layer (link, dot11, network, transport) or a part (PARTS) runs.
+    """
+
+    def __init__(self, columns: Iterable[str] | None = None):
+        if columns is None:
+            asked = set(NAMES)
+        else:
+            if isinstance(columns, str):
+                raise TypeError("columns must be a list of column names, not a string")
+            asked = set(columns)
+            unknown = sorted(asked - set(NAMES))
+            if unknown:
+                raise ValueError(f"unknown column name(s): {', '.join(map(repr, unknown))} "
+                                 "(see parsers.schema.NAMES)")
+        self.all = asked >= set(NAMES)
+        want = asked | set(ALWAYS)
+        self.columns: tuple[str, ...] = tuple(c for c in NAMES if c in want)
+        need = asked
+        transport = bool(need & _TRANSPORT)
+        network = transport or bool(need & _NETWORK)
+        # 802.11 hands IP on through LLC/SNAP, whose EtherType is eth_type
+        dot11 = network or bool(need & _DOT11) or "eth_type" in need
+        link = dot11 or bool(need - RECORD_COLUMNS)
+        self._runs = {"link": link, "dot11": dot11, "network": network, "transport": transport}
+        for part, cols in PARTS.items():
+            layer = "link" if part == "fcs" else "transport" if part == "tcp_options" else "dot11"
+            self._runs[part] = self._runs[layer] and bool(need & cols)
+        self.store = frozenset(want | ({"ip_mf"} if transport else set()) | ({"rt_layout"} if link else set()))
+
+    def decodes(self, part: str) -> bool:
+        """Return whether a layer or part of one is decoded."""
+        return self._runs[part]
+
+    def schema(self) -> dict[str, pl.DataType]:
+        """Return the polars schema of the output columns."""
+        return {c: SCHEMA[c] for c in self.columns}
+
+    def reason(self, reason: str | None) -> str | None:
+        """Return a malformed reason if the part that finds it is decoded, else None.
+
+        For a reason the per-frame decoder gave (it decodes everything): parts run in order and each
+        row's first reason is kept, so a reason from a part not decoded means the decoded ones found
+        nothing.
+        """
+        if reason is None or self.all:
+            return reason
+        part = reason_part(reason)
+        return reason if part is None or self._runs[part] else None
+
+
+_REASON_PARTS = {
+    "dot11: management body shorter than its mandatory fields": "mgmt",
+    "dot11: information element overruns the frame": "mgmt",
+    "dot11: block ack shorter than its fields": "block_ack",
+    "dot11: protected frame shorter than its IV": "iv",
+}
+_PREFIX_LAYERS = {"dot11": "dot11", "ipv4": "network", "ipv6": "network", "tcp": "transport",
+                  "udp": "transport", "icmp": "transport", "icmpv6": "transport"}
+_INTERNAL_LAYERS = {"link": "link", "802.11": "dot11", "network": "network", "transport": "transport"}
+
+
+def reason_part(reason: str) -> str | None:
+    """Return the layer or part that gives a malformed reason (None: found with no decoding)."""
+    part = _REASON_PARTS.get(reason)
+    if part is not None:
+        return part
+    if reason.startswith("link type "):
+        return None
+    if reason.startswith("tcp: option") or reason.startswith("tcp: SACK") or reason.startswith("tcp: MPTCP"):
+        return "tcp_options"
+    if reason.startswith("internal error in "):
+        return _INTERNAL_LAYERS.get(reason[len("internal error in "):].split(" ")[0], "link")
+    return _PREFIX_LAYERS.get(reason.split(":", 1)[0], "link")
+
+
 def mac_text(v: int) -> str:
     """Return a 48-bit integer as aa:bb:cc:dd:ee:ff."""
     h = f"{v:012x}"
@@ -45,8 +148,11 @@ def escape_bytes(b: bytes) -> str:
 class ColumnBuilder:
     """Per-chunk column store: each column is a values array and a validity mask, written by row index."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, projection: Projection | None = None):
         self.n = n
+        self.projection = projection if projection is not None else _ALL
+        # Columns not kept are dropped at the door (None: all kept), so that layers need not ask.
+        self._store: frozenset[str] | None = None if self.projection.all else self.projection.store
         self._vals: dict[str, np.ndarray] = {}
         self._mask: dict[str, np.ndarray] = {}
         self._obj: dict[str, dict[int, object]] = {}
@@ -61,6 +167,14 @@ class ColumnBuilder:
         self.fcs_verdicts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._rows_seen: object = None                  # the last row-index array written through,
         self._rows_at: tuple = (None, None)             # and its (index or slice, mask or None)
+
+    def decodes(self, part: str) -> bool:
+        """Return whether a layer or part of one (see Projection) is decoded in this read."""
+        return self.projection.decodes(part)
+
+    def wants(self, name: str) -> bool:
+        """Return whether a column is kept (writing others is harmless but wasted work)."""
+        return self._store is None or name in self._store
 
     # -- writing --------------------------------------------------------------
     def _arr(self, name: str, dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -93,8 +207,21 @@ class ColumnBuilder:
 
     def put(self, name: str, rows: np.ndarray, values) -> None:
         """Set a numeric/boolean column (or MAC as 48-bit ints, IPv4 as 32-bit ints) at rows."""
-        v, m = self._arr(name, _DTYPE[name])
+        if self._store is not None and name not in self._store:
+            return
         at, mask = self._where(rows)
+        if (name not in self._vals and isinstance(at, slice) and isinstance(values, np.ndarray)
+                and values.shape == (self.n,) and at.indices(self.n)[:2] == (0, self.n)):
+            # the first write covers every row: the values become the column (one copy, no fill)
+            self._vals[name] = values.astype(_DTYPE[name])
+            self._mask[name] = np.ones(self.n, dtype=bool)
+            return
+        if mask is not None and name not in self._vals:     # first write at many rows: the
+            v = self._vals[name] = np.zeros(self.n, dtype=_DTYPE[name])  # row mask is the validity
+            v[at] = values
+            self._mask[name] = mask.copy()
+            return
+        v, m = self._arr(name, _DTYPE[name])
         v[at] = values
         if mask is None:
             m[at] = True
@@ -103,7 +230,16 @@ class ColumnBuilder:
 
     def put_where(self, name: str, rows: np.ndarray, values: np.ndarray, where: np.ndarray) -> None:
         """Set a column at rows[where] to values[where] (values and where: one per row of rows)."""
+        if self._store is not None and name not in self._store:
+            return
         at, mask = self._where(rows)
+        if (isinstance(at, slice) and name not in self._vals and isinstance(values, np.ndarray)
+                and values.shape == (self.n,) and at.indices(self.n)[:2] == (0, self.n)):
+            # first write, every row: keep the values as they are (rows not in `where` are null,
+            # and a null's value is never read)
+            self._vals[name] = values.astype(_DTYPE[name])
+            self._mask[name] = np.array(where, dtype=bool)
+            return
         if isinstance(at, slice):       # one ascending run: masked copies, no scatter
             v, m = self._arr(name, _DTYPE[name])
             np.copyto(v[at], values, where=where, casting="unsafe")
@@ -116,6 +252,8 @@ class ColumnBuilder:
 
     def put_ip(self, name: str, rows: np.ndarray, hi: np.ndarray, lo: np.ndarray, version: int) -> None:
         """Set an IP address column: IPv4 in lo (hi ignored), IPv6 as two big-endian 64-bit halves."""
+        if self._store is not None and name not in self._store:
+            return
         v, m = self._arr(name, np.uint64)
         h, _ = self._arr(name + "#hi", np.uint64)
         ver, _ = self._arr(name + "#ver", np.uint8)
@@ -143,10 +281,14 @@ class ColumnBuilder:
 
     def put_text(self, name: str, rows: np.ndarray, text: str) -> None:
         """Set a string column to the same text at every one of rows."""
+        if self._store is not None and name not in self._store:
+            return
         self._code_array(name)[rows] = self._code(name, text)
 
     def put_objs(self, name: str, rows: np.ndarray, values: list) -> None:
         """Set a string or list column at rows, one value per row."""
+        if self._store is not None and name not in self._store:
+            return
         if SCHEMA[name] == pl.Utf8:
             codes = self._code_array(name)
             codes[rows] = np.fromiter((self._code(name, v) for v in values), np.int32, len(values))
@@ -155,11 +297,15 @@ class ColumnBuilder:
 
     def put_coded(self, name: str, rows: np.ndarray, texts: list[str], codes: np.ndarray) -> None:
         """Set a string column at rows to texts[codes[i]] (texts: the distinct values, each once)."""
+        if self._store is not None and name not in self._store:
+            return
         remap = np.fromiter((self._code(name, t) for t in texts), np.int32, len(texts))
         self._code_array(name)[rows] = remap[codes]
 
     def put_obj(self, name: str, row: int, value) -> None:
         """Set one cell of a string or list column (SSID, bitmap, SACK) at a single row."""
+        if self._store is not None and name not in self._store:
+            return
         if SCHEMA[name] == pl.Utf8:
             self._code_array(name)[int(row)] = self._code(name, value)
         else:
@@ -210,6 +356,14 @@ class ColumnBuilder:
             return None
         return self._vals[name], self._mask[name]
 
+    def text_counts(self, name: str) -> dict[str, int]:
+        """Return how many rows hold each text of a string column (its nulls not counted)."""
+        codes = self._codes.get(name)
+        if codes is None:
+            return {}
+        counts = np.bincount(codes[codes >= 0], minlength=len(self._vocab[name]))
+        return {t: int(c) for t, c in zip(self._vocab[name], counts.tolist()) if c}
+
     def malformed_count(self) -> int:
         """Return how many rows carry a malformed reason."""
         return int(np.count_nonzero(self._malformed))
@@ -220,10 +374,8 @@ class ColumnBuilder:
 
         base holds the container columns: an array each, or (values, validity) where some are null.
         """
-        arrays = []
-        for name, dtype in SCHEMA.items():
-            arrays.append(self._column(name, dtype, base))
-        return pa.table(arrays, names=list(SCHEMA))
+        names = self.projection.columns
+        return pa.table([self._column(name, SCHEMA[name], base) for name in names], names=list(names))
 
     def _column(self, name: str, dtype, base) -> pa.Array:
         n = self.n
@@ -233,7 +385,7 @@ class ColumnBuilder:
                                _arrow_type(dtype))
         if name == "malformed":
             if not self._malformed.any():
-                return pa.nulls(n, pa.string())
+                return _null_texts(n)
             return _texts_at([None] + self._reasons[1:], self._malformed, self._malformed > 0)
         if name in MAC_COLUMNS or name in IP_COLUMNS:
             return self._text_column(name)
@@ -243,7 +395,7 @@ class ColumnBuilder:
         if name in self._obj or dtype == SACK_DTYPE:
             d = self._obj.get(name)
             if not d:
-                return pa.nulls(n, _arrow_type(dtype))
+                return _null_texts(n) if dtype == pl.Utf8 else pa.nulls(n, _arrow_type(dtype))
             # Sparse: build the few values, then spread them with a null-masked gather.
             rows = np.fromiter(d.keys(), np.int64, len(d))
             values = pa.array(list(d.values()), type=_arrow_type(dtype))
@@ -254,7 +406,7 @@ class ColumnBuilder:
             return pc.take(values, pa.array(idx, mask=~present))
         got = self.get(name)
         if got is None:
-            return pa.nulls(n, _arrow_type(dtype))
+            return _null_texts(n) if dtype == pl.Utf8 else pa.nulls(n, _arrow_type(dtype))
         v, m = got
         if not m.any():
             return pa.nulls(n, _arrow_type(dtype))
@@ -263,7 +415,7 @@ class ColumnBuilder:
     def _text_column(self, name: str) -> pa.Array:
         got = self.get(name)
         if got is None or not got[1].any():
-            return pa.nulls(self.n, pa.string())
+            return _null_texts(self.n)
         v, m = got
         # Hash-encode the distinct addresses (a capture has few), format each once, then gather.
         # Null rows are encoded too (whatever their value): cheaper than masking, and never shown.
@@ -351,6 +503,11 @@ def _views_at(table: np.ndarray, data: pa.Buffer, codes: np.ndarray, valid: np.n
     return pa.Array.from_buffers(pa.string_view(), n, [bitmap, pa.py_buffer(views), data])
 
 
+def _null_texts(n: int) -> pa.Array:
+    """Return an all-null string column (as string views: polars adopts those ~40x faster)."""
+    return pa.nulls(n, pa.string_view() if _VIEWS else pa.string())
+
+
 def _texts_at(texts: list, codes: np.ndarray, valid: np.ndarray) -> pa.Array:
     """Return a string-view array of texts[codes[i]], null where not valid (codes -1)."""
     if not _VIEWS:
@@ -380,9 +537,13 @@ def _arrow_type(dtype) -> pa.DataType:
 
 
 def to_polars(table: pa.Table) -> pl.DataFrame:
-    """Return an Arrow chunk as a polars frame with the exact schema dtypes."""
+    """Return an Arrow chunk as a polars frame with the exact schema dtypes of its columns."""
     df = pl.from_arrow(table, rechunk=False)
     assert isinstance(df, pl.DataFrame)
-    if df.schema == SCHEMA:
+    want = {c: SCHEMA[c] for c in df.columns}
+    if df.schema == want:
         return df
-    return df.cast(SCHEMA)  # type: ignore[arg-type]
+    return df.cast(want)  # type: ignore[arg-type]
+
+
+_ALL = Projection()

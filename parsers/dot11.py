@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .columns import ColumnBuilder
-from .dot11_frame import frame_dot11
+from .dot11_frame import FRAGMENT_ROOM, frame_dot11
 from .dot11_mgmt import decode_mgmt_body, lost, put_hex
 from .gather import Window, u8, ule
 from .span import Span
@@ -163,22 +163,28 @@ def decode_dot11(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
 
     body = s + hdr
     protected = ((fl & 0x40) != 0) & (ftype != 1) & (ftype != 3)
-    if protected.any():
+    # The IV, Block Ack and management-body parts are the last ones decoded for their rows, so a
+    # read that asks for none of their columns skips them (see columns.PARTS).
+    if protected.any() and out.decodes("iv"):
         k = np.flatnonzero(protected)
         _protected(buf, out, rows[k], body[k], e[k], cl[k], cut[k])
 
-    k = np.flatnonzero((ftype == 1) & ((sub == 8) | (sub == 9)))
+    k = np.flatnonzero((ftype == 1) & ((sub == 8) | (sub == 9))) if out.decodes("block_ack") else ()
     if len(k):
         _block_ack(buf, out, rows[k], s[k], e[k], cl[k], cut[k], sub[k])
 
-    k = np.flatnonzero((ftype == 0) & ~protected)
+    k = np.flatnonzero((ftype == 0) & ~protected) if out.decodes("mgmt") else ()
     if len(k):
         decode_mgmt_body(buf, out, rows[k], body[k], e[k], cl[k], cut[k], sub[k])
 
     # Data with a body: not protected, a subtype that carries data, the first fragment only (later
     # fragments carry no LLC header; tshark with defragmentation off shows them as data).
     k = _pick((ftype == 2) & ~protected & ((sub & 4) == 0) & (frag == 0))
-    return _data_body(h.take(k), out, rows[k], hdr[k], e[k], cl[k], cut[k], fl[k], qc[k], qos[k],
+    # A first fragment (More Fragments set) holds only the start of its packet: the rest is in the
+    # next fragments, so an IP length past the frame's end is expected there, as after a snap length.
+    more = (fl[k] & 0x04) != 0
+    cl_k = np.where(more, np.maximum(cl[k], e[k] + FRAGMENT_ROOM), cl[k])
+    return _data_body(h.take(k), out, rows[k], hdr[k], e[k], cl_k, cut[k] | more, fl[k], qc[k], qos[k],
                       amsdu[k])
 
 
@@ -189,7 +195,8 @@ def _put_fc(out: ColumnBuilder, rows: np.ndarray, ftype, sub, fl) -> None:
     for name, bit in (("wlan_to_ds", 0x01), ("wlan_from_ds", 0x02), ("wlan_more_frag", 0x04),
                       ("wlan_retry", 0x08), ("wlan_pwr_mgt", 0x10), ("wlan_more_data", 0x20),
                       ("wlan_protected", 0x40), ("wlan_order", 0x80)):
-        out.put(name, rows, (fl & bit) != 0)
+        if out.wants(name):     # a projected read skips the flags it does not keep
+            out.put(name, rows, (fl & bit) != 0)
 
 
 def _put_addresses(h: Window, out: ColumnBuilder, rows, code, a1) -> None:
@@ -198,13 +205,16 @@ def _put_addresses(h: Window, out: ColumnBuilder, rows, code, a1) -> None:
     width = _HDR[code]
     slots = np.zeros((5, n), np.uint64)
     slots[1] = a1
-    for i in (2, 3, 4):     # a slot is read only where it lies inside the header
+    wanted = [(name, role) for name, role in zip(_ROLES[1:], _ROLE[1:]) if out.wants(name)]
+    # TA is always slot 2 (or none): a read keeping neither DA, SA nor BSSID reads no further slot
+    far = any(name != "wlan_ta" for name, _ in wanted)
+    for i in (2, 3, 4) if far else (2,):    # a slot is read only where it lies inside the header
         inside = width >= _ADDR_AT[i] + 6
         if inside.any():
             np.copyto(slots[i], h.ube(_ADDR_AT[i], 6), where=inside)
     flat = slots.reshape(-1)
     col = np.arange(n)
-    for name, role in zip(_ROLES[1:], _ROLE[1:]):
+    for name, role in wanted:
         slot = role[code]
         has = slot > 0
         if has.any():

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from .columns import escape_bytes
 
+FRAGMENT_ROOM = 65535     # bytes a first 802.11 fragment's packet may continue past its frame
+
 R_HEADER = "dot11: frame shorter than its header"
 R_VERSION = "dot11: unsupported protocol version"
 R_IV = "dot11: protected frame shorter than its IV"
@@ -257,6 +259,10 @@ def _data(f: _Frame, s: int, sub: int, flags: int) -> tuple[int, int, int, int] 
     if sub & 4 or frag:
         return None                         # no data, or a later fragment: no LLC header here
     end, claimed = f.end, f.claimed
+    if flags & 0x04:
+        # a first fragment: its packet continues in the next fragments (as past a snap length)
+        claimed = max(claimed, end + FRAGMENT_ROOM)
+        f.cut = True
     if qos and not amsdu and ds == 3 and qc & 0x100 and pos < end and not f.data[pos] & 0xFC:
         ae = f.data[pos] & 3                # 802.11s mesh control: flags, TTL, seq, extra addresses
         if not f.need(pos + 6 + 6 * ae, R_MESH) or ae == 3:

@@ -1,11 +1,14 @@
 """The vectorized decoder: a chunk of records in, an Arrow table in the packet schema out."""
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 
 from . import registry
-from .columns import IP_COLUMNS, MAC_COLUMNS, ColumnBuilder
+from .columns import IP_COLUMNS, MAC_COLUMNS, ColumnBuilder, Projection
 from .records import RecordChunk
 from .reference import decode_record
 from .span import KIND_DOT11, Span, concat
@@ -43,11 +46,22 @@ def _dispatch(buf, span: Span, table: dict, out: ColumnBuilder, layer: str) -> l
     return nxt
 
 
-def decode_chunk(chunk: RecordChunk) -> tuple[pa.Table, int]:
-    """Return the chunk decoded as an Arrow table, and how many rows went to the reference decoder."""
+_RAW_DOT11 = 105    # the link type whose link decoder is the 802.11 decoder itself
+
+
+def decode_chunk(chunk: RecordChunk, columns: Sequence[str] | Projection | None = None,
+                 layouts: Counter | None = None) -> tuple[pa.Table, int]:
+    """Return the chunk decoded as an Arrow table, and how many rows went to the reference decoder.
+
+    `columns` (names, or a Projection; None = all) limits the table to those columns plus frame,
+    ts_ns and malformed, and the decoding to the layers and parts of layers they need (see
+    columns.Projection); `malformed` then holds only what the decoded layers find. `layouts`, if
+    given, is updated with the number of rows of each radiotap layout (rt_layout), asked for or not.
+    """
+    proj = columns if isinstance(columns, Projection) else Projection(columns)
     n = len(chunk)
-    out = ColumnBuilder(n)
-    if chunk.fcs_first is not None:
+    out = ColumnBuilder(n, proj)
+    if chunk.fcs_first is not None and proj.decodes("fcs"):
         out.fcs_verdicts = (chunk.fcs_first, chunk.offset + chunk.caplen, chunk.fcs_ok)
     buf = chunk.data
     start = chunk.offset.astype(np.int64)
@@ -63,7 +77,13 @@ def decode_chunk(chunk: RecordChunk) -> tuple[pa.Table, int]:
             out.malformed(span.rows[span.kind == lt],
                           f"link type {lt} ({registry.linktype_name(lt)}) is not decoded")
 
-    linked = _dispatch(buf, span, registry.LINK_DECODERS, out, "link")
+    if not proj.decodes("link"):
+        linked = []
+    elif proj.decodes("dot11"):
+        linked = _dispatch(buf, span, registry.LINK_DECODERS, out, "link")
+    else:                # raw 802.11 records have no link header short of the 802.11 one
+        table = {k: f for k, f in registry.LINK_DECODERS.items() if k != _RAW_DOT11}
+        linked = _dispatch(buf, span, table, out, "link")
     net = [s for s in linked if not (s.kind == KIND_DOT11).all()]
     mac = [s for s in linked if (s.kind == KIND_DOT11).all()]
     mixed = [s for s in net if (s.kind == KIND_DOT11).any()]
@@ -71,10 +91,12 @@ def decode_chunk(chunk: RecordChunk) -> tuple[pa.Table, int]:
         net.remove(s)
         mac.append(s.take(s.kind == KIND_DOT11))
         net.append(s.take(s.kind != KIND_DOT11))
-    if mac:
+    if mac and proj.decodes("dot11"):
         net += _spans(_guarded(registry.DOT11_DECODER, buf, concat(mac), out, "802.11"))
-    transport = _dispatch(buf, concat(net), registry.NET_DECODERS, out, "network")
-    _dispatch(buf, concat(transport), registry.TRANSPORT_DECODERS, out, "transport")
+    if net and proj.decodes("network"):
+        transport = _dispatch(buf, concat(net), registry.NET_DECODERS, out, "network")
+        if transport and proj.decodes("transport"):
+            _dispatch(buf, concat(transport), registry.TRANSPORT_DECODERS, out, "transport")
 
     deferred = np.flatnonzero(out.deferred)
     if len(deferred):
@@ -84,6 +106,8 @@ def decode_chunk(chunk: RecordChunk) -> tuple[pa.Table, int]:
         "ts_ns": chunk.ts_ns if chunk.has_ts is None else (chunk.ts_ns, chunk.has_ts), "caplen": chunk.caplen, "wirelen": chunk.wirelen,
         "linktype": chunk.linktype, "iface": chunk.iface,
     }
+    if layouts is not None:
+        layouts.update(out.text_counts("rt_layout"))
     return out.to_arrow(base), len(deferred)
 
 
@@ -94,6 +118,8 @@ def _refill(chunk: RecordChunk, rows: np.ndarray, out: ColumnBuilder) -> None:
         o = int(chunk.offset[r])
         data = bytes(chunk.data[o:o + int(chunk.caplen[r])])
         row = decode_record(data, int(chunk.linktype[r]), int(chunk.wirelen[r]))
+        if "malformed" in row:      # the reference decodes every layer: keep what ours would find
+            row["malformed"] = out.projection.reason(row["malformed"])
         write_row(out, r, row)
 
 

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import polars as pl
 
-from .columns import to_polars
+from .columns import Projection, to_polars
 from .containers import CaptureFile, open_capture
 from .fast import decode_chunk
 from .records import RecordChunk
@@ -53,7 +54,9 @@ class IngestStats:
         return d
 
 
-def _reference_table(chunk: RecordChunk) -> pl.DataFrame:
+def _reference_table(chunk: RecordChunk, proj: Projection, layouts: Counter) -> pl.DataFrame:
+    """Decode every record with the per-frame decoder (all layers), then keep the projected columns
+    and the malformed reasons the projected fast path would find; count the radiotap layouts."""
     rows = []
     for r in range(len(chunk)):
         o = int(chunk.offset[r])
@@ -64,11 +67,16 @@ def _reference_table(chunk: RecordChunk) -> pl.DataFrame:
                    caplen=int(chunk.caplen[r]),
                    wirelen=int(chunk.wirelen[r]), linktype=int(chunk.linktype[r]),
                    iface=int(chunk.iface[r]))
+        if "malformed" in row:
+            row["malformed"] = proj.reason(row["malformed"])
         rows.append(row)
-    return pl.DataFrame(rows, schema=SCHEMA, orient="row") if rows else pl.DataFrame(schema=SCHEMA)
+    df = pl.DataFrame(rows, schema=SCHEMA, orient="row") if rows else pl.DataFrame(schema=SCHEMA)
+    if proj.decodes("link"):
+        layouts.update(Counter(df.get_column("rt_layout").drop_nulls().to_list()))
+    return df if proj.all else df.select(proj.columns)
 
 
-def _account(stats: IngestStats, chunk: RecordChunk, df: pl.DataFrame) -> None:
+def _account(stats: IngestStats, chunk: RecordChunk, df: pl.DataFrame, layouts: Counter) -> None:
     n = len(chunk)
     stats.records += n
     if n == 0:
@@ -78,12 +86,13 @@ def _account(stats: IngestStats, chunk: RecordChunk, df: pl.DataFrame) -> None:
     stats.decoded += n - len(bad)
     if len(bad):
         stats.malformed_reasons.update(bad.to_list())
-    lts, counts = np.unique(chunk.linktype, return_counts=True)
-    stats.linktypes.update(dict(zip(lts.tolist(), counts.tolist())))
-    lay = df.get_column("rt_layout").drop_nulls()
-    if len(lay):
-        vc = lay.value_counts()
-        stats.rt_layouts.update(dict(zip(vc[:, 0].to_list(), vc[:, 1].to_list())))
+    lt = chunk.linktype
+    if lt[0] == lt[-1] and lt.min() == lt.max():    # one link type: no sort
+        stats.linktypes[int(lt[0])] += n
+    else:
+        lts, counts = np.unique(lt, return_counts=True)
+        stats.linktypes.update(dict(zip(lts.tolist(), counts.tolist())))
+    stats.rt_layouts.update(layouts)
     ts = chunk.ts_ns if chunk.has_ts is None else chunk.ts_ns[chunk.has_ts]
     if not len(ts):
         return
@@ -92,22 +101,25 @@ def _account(stats: IngestStats, chunk: RecordChunk, df: pl.DataFrame) -> None:
     stats.last_ts_ns = hi if stats.last_ts_ns is None else max(stats.last_ts_ns, hi)
 
 
-def _decode(chunk: RecordChunk, decoder: str) -> tuple[RecordChunk, pl.DataFrame, int]:
+def _decode(chunk: RecordChunk, decoder: str, proj: Projection
+            ) -> tuple[RecordChunk, pl.DataFrame, int, Counter]:
+    layouts: Counter = Counter()
     if decoder == "fast":
-        table, nfall = decode_chunk(chunk)
-        return chunk, to_polars(table), nfall
-    return chunk, _reference_table(chunk), 0
+        table, nfall = decode_chunk(chunk, proj, layouts)
+        return chunk, to_polars(table), nfall, layouts
+    return chunk, _reference_table(chunk, proj, layouts), 0, layouts
 
 
-def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int):
-    """Yield (chunk, table, fallback count) in file order, decoding up to `threads` chunks at once.
+def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int, proj: Projection):
+    """Yield (chunk, table, fallback count, layout counts) in file order, decoding up to `threads`
+    chunks at once.
 
     numpy, Arrow and polars release the GIL for part of a chunk's work, so a second core helps
     somewhat; at most threads + 1 chunks are in flight, which keeps memory bounded.
     """
     if threads <= 1:
         for chunk in chunks:
-            yield _decode(chunk, decoder)
+            yield _decode(chunk, decoder, proj)
         return
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
@@ -115,7 +127,7 @@ def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int):
     with ThreadPoolExecutor(max_workers=threads) as pool:
         pending: deque = deque()
         for chunk in chunks:
-            pending.append(pool.submit(_decode, chunk, decoder))
+            pending.append(pool.submit(_decode, chunk, decoder, proj))
             if len(pending) > threads:
                 yield pending.popleft().result()
         while pending:
@@ -133,15 +145,48 @@ RADIOTAP = 127
 def _use_helper(cap: CaptureFile, decoder: str, threads: int, walk_helper: bool) -> bool:
     return (walk_helper and threads > 1 and decoder == "fast" and cap.size >= HELPER_MIN_BYTES
             and not cap.gzipped and os.name == "posix"
-            and bool(cap.interfaces) and cap.interfaces[0].linktype == RADIOTAP)
+            and bool(cap.interfaces) and cap.interfaces[0].linktype == RADIOTAP
+            and not _cpus_taken())
 
 
-def _helped_chunks(cap: CaptureFile, path: str, keep: int) -> Iterator[RecordChunk]:
+# The helper pays only with a core to itself: on a machine whose CPUs other work keeps busy, each
+# hand-off between the two processes waits for a time slice, and reading the file took 3.3-4.0 s
+# with the helper against 2.0-2.4 s without (500k frames, 2 cores, load 10; with one other busy
+# process, 1.1-1.4 s against 0.7-0.9 s). CPU pressure (Linux PSI) above this share says so.
+BUSY_PSI = 40.0
+# Decoding threads are the same story, less sharply (each waits for the GIL and then for a CPU):
+# at load 4-8, 1.04-1.19 s on one thread against 1.14-2.10 s on two (air), 0.66 s against 0.92 s
+# (wired). Files from this size on are read on one thread when the CPUs are taken.
+BUSY_CHECK_BYTES = 64 << 20
+
+
+def _cpus_taken() -> bool:
+    """Return True if other work keeps all CPUs but ours busy: CPU pressure over the last 10 s, or
+    (as it is now) at least as many other runnable tasks as CPUs besides ours, in 3 looks."""
+    try:
+        with open("/proc/pressure/cpu") as fh:
+            if float(fh.readline().split()[1].partition("=")[2]) > BUSY_PSI:
+                return True
+    except (OSError, IndexError, ValueError):
+        pass
+    others = []
+    for look in range(3):   # the fewest seen, 1 ms apart: one look may catch a passing task
+        if look:
+            time.sleep(0.001)
+        try:
+            with open("/proc/loadavg") as fh:
+                others.append(int(fh.read().split()[3].partition("/")[0]) - 1)   # minus us
+        except (OSError, IndexError, ValueError):
+            return False
+    return min(others) >= max((os.cpu_count() or 1) - 1, 1)
+
+
+def _helped_chunks(cap: CaptureFile, path: str, keep: int, fcs: bool = True) -> Iterator[RecordChunk]:
     """Yield the file's chunks: the first few walked here while a helper process starts (see
     walkproc), then the helper's. If the helper cannot start or fails on the way, walk the rest
     here: the chunks are the same either way."""
     first = max(1, HERE_BYTES // cap.chunk_bytes)
-    helper = WalkHelper.start(path, cap.chunk_bytes, first, cap.size)
+    helper = WalkHelper.start(path, cap.chunk_bytes, first, cap.size, fcs=fcs)
     handed = 0
     try:
         own = cap.chunks(keep=keep)
@@ -196,18 +241,26 @@ def _tail(chunk: RecordChunk, skip: int) -> RecordChunk:
 def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int = 16 << 20,
                 stats: IngestStats | None = None,
                 progress: Callable[[int], None] | None = None,
-                threads: int | None = None, walk_helper: bool = True) -> Iterator[pl.DataFrame]:
+                threads: int | None = None, walk_helper: bool = True,
+                columns: Sequence[str] | None = None) -> Iterator[pl.DataFrame]:
     """Yield the capture as packet tables of about chunk_bytes of records each; fill stats as it goes.
 
-    Raises records.CaptureError when the file is not a capture we can read at all. `threads` chunks
-    are decoded at once (default: the number of CPUs, at most 4); with `threads` > 1 and walk_helper,
-    a large file's records are instead walked and its FCSs checked by a helper process (walkproc)
-    while this one decodes `threads` - 1 chunks at once.
+    Raises records.CaptureError when the file is not a capture we can read at all, ValueError for
+    an unknown column name. `columns` (None: all) projects the tables: only those columns, plus
+    frame, ts_ns and malformed, are built, and only the layers and parts of layers they need are
+    decoded (no FCS CRC without fcs_bad, no IP without an IP or transport column, no TCP options
+    without an option column...; see columns.Projection). A projected read's `malformed` (and the
+    malformed counts in stats) holds only what the decoded layers find: a reason a skipped layer
+    would have given is absent. `threads` chunks are decoded at once (default: the number of CPUs,
+    at most 4); with `threads` > 1 and walk_helper, a large file's records are instead walked (and
+    its FCSs checked) by a helper process (walkproc) while this one decodes `threads` - 1 chunks at
+    once. Neither is done for a large file while other work keeps the CPUs busy (one thread then).
     """
     if threads is None:
         threads = min(os.cpu_count() or 1, 4)
     if decoder not in DECODERS:
         raise ValueError(f"decoder must be one of {DECODERS}, not {decoder!r}")
+    proj = Projection(columns)
     stats = stats if stats is not None else IngestStats()
     stats.path = os.fspath(path)
     with open_capture(path, chunk_bytes=chunk_bytes) as cap:
@@ -216,12 +269,15 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
         done = 0
         if _use_helper(cap, decoder, threads, walk_helper):
             threads -= 1
-            chunks = _helped_chunks(cap, os.fspath(path), keep=threads if threads > 1 else 0)
+            chunks = _helped_chunks(cap, os.fspath(path), keep=threads if threads > 1 else 0,
+                                    fcs=proj.decodes("fcs"))
         else:
+            if threads > 1 and cap.size >= BUSY_CHECK_BYTES and _cpus_taken():
+                threads = 1
             chunks = cap.chunks(keep=threads if threads > 1 else 0)
-        for chunk, df, nfall in _decoded(chunks, decoder, threads):
+        for chunk, df, nfall, layouts in _decoded(chunks, decoder, threads, proj):
             stats.fallback += nfall
-            _account(stats, chunk, df)
+            _account(stats, chunk, df, layouts)
             if progress is not None and len(chunk):
                 pos = int(chunk.offset[-1] + chunk.caplen[-1])
                 progress(pos - done)
@@ -242,14 +298,20 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
 
 
 def read_capture(path: str | os.PathLike, decoder: str = "fast", stats: IngestStats | None = None,
-                 chunk_bytes: int = 32 << 20, threads: int | None = None) -> pl.DataFrame:
+                 chunk_bytes: int = 32 << 20, threads: int | None = None,
+                 columns: Sequence[str] | None = None) -> pl.DataFrame:
     """Return the whole capture as one packet table (decoder 'fast' or 'reference').
 
+    `columns` (None: all) builds only those columns plus frame, ts_ns and malformed, decoding only
+    the layers they need; `malformed` then holds only what those layers find (see iter_tables).
     Chunks are larger than iter_tables' by default: the whole table is kept anyway, and each chunk
     has a fixed cost (a few thousand numpy calls) that larger chunks spread thinner.
     """
+    if columns is not None and not isinstance(columns, str):
+        columns = list(columns)     # read twice (here and by iter_tables): an iterator would not do
+    proj = Projection(columns)      # unknown names fail here, before the file is opened
     parts = list(iter_tables(path, decoder=decoder, chunk_bytes=chunk_bytes, stats=stats,
-                             threads=threads))
+                             threads=threads, columns=columns))
     if not parts:
-        return pl.DataFrame(schema=SCHEMA)
+        return pl.DataFrame(schema=proj.schema())
     return pl.concat(parts, rechunk=False)

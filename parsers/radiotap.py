@@ -819,8 +819,10 @@ def _decode_group(buf: np.ndarray, span: Span, out: ColumnBuilder, idx: np.ndarr
     rows = _pick(span.rows, idx)
     start = _pick(span.start, idx)
     if lay.dtype.itemsize <= HEAD:
-        rec = np.ndarray((len(head),), dtype=lay.dtype, buffer=head, strides=(HEAD,))
-        rec = rec if idx is None else rec[idx]
+        # the group's rows of the byte matrix, then a record view: indexing the structured array
+        # itself copies field by field, ~5x slower
+        sub = head if idx is None else head[idx]
+        rec = np.ndarray((len(sub),), dtype=lay.dtype, buffer=sub, strides=(HEAD,))
     else:
         rec = _gather(buf, start, lay.dtype.itemsize).view(lay.dtype)
     _put_text(out, "rt_layout", rows, ",".join(f"{w:08x}" for w in words))
@@ -970,7 +972,8 @@ def _next_span(buf, span: Span, out: ColumnBuilder, idx: np.ndarray | None, rows
             if short.any():
                 out.malformed(rows[short & ~cut], R_FCS)
                 keep = ~(short & ~cut)
-            check = np.flatnonzero(fcs & ~cut & ~short)
+            # the CRC only changes fcs_bad: a read that does not ask for it skips the check
+            check = np.flatnonzero(fcs & ~cut & ~short) if out.decodes("fcs") else ()
             if len(check):
                 bad[check] |= ~_fcs_ok(buf, out, rows[check], nstart[check], claimed[check])
             claimed = np.where(fcs, claimed - 4, claimed)

@@ -111,7 +111,7 @@ def decode_tcp(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     out.put("tcp_flags", at, (word >> 16) & 0x0FFF)
     out.put("tcp_win", at, word & 0xFFFF)
     out.malformed(rows[(seg < hl) & ~frag], R_TCP_LONG)
-    opt = np.flatnonzero((hl > 20) & (sp.end > st + 20))
+    opt = np.flatnonzero((hl > 20) & (sp.end > st + 20)) if out.decodes("tcp_options") else ()
     if len(opt):
         _tcp_options(v, rows[opt], st[opt] + 20, st[opt] + hl[opt], sp.end[opt], out)
     return _empty()

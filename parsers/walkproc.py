@@ -41,7 +41,7 @@ PIPE_BYTES = 1 << 20
 # A helper silent this long is given up on (it has hung on I/O, or the machine is swapping).
 STALL_SECONDS = 60.0
 _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from parsers.walkproc import serve; "
-         "serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))")
+         "serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))")
 
 
 class HelperFailed(Exception):
@@ -50,11 +50,12 @@ class HelperFailed(Exception):
 
 # -- helper side -------------------------------------------------------------------------------------
 
-def serve(path: str, chunk_bytes: int, first: int = 0, size: int = -1) -> None:
+def serve(path: str, chunk_bytes: int, first: int = 0, size: int = -1, fcs: int = 1) -> None:
     """Walk `path` in chunks and write them from chunk number `first` on (the caller decodes the ones
     before while this process starts), with FCS verdicts, to stdout; then the final state.
 
     `size` is the file size the caller mapped: a file that has changed size since is not walked.
+    `fcs` 0: make no FCS checks (the caller's read does not ask for fcs_bad).
     """
     from .containers import open_capture
     from .fcs import radiotap_fcs
@@ -68,11 +69,12 @@ def serve(path: str, chunk_bytes: int, first: int = 0, size: int = -1) -> None:
             for i, chunk in enumerate(cap.chunks()):
                 if i < first:
                     continue
-                first_byte, fcs_ok = radiotap_fcs(chunk.data, chunk.offset, chunk.caplen, chunk.wirelen,
-                                                  chunk.linktype, share.part)
                 msg = {k: _pack(getattr(chunk, k)) for k in _FIELDS}
                 msg["has_ts"], msg["comments"] = chunk.has_ts, chunk.comments
-                msg["fcs_first"], msg["fcs_ok"] = _pack(first_byte), fcs_ok
+                if fcs:
+                    first_byte, fcs_ok = radiotap_fcs(chunk.data, chunk.offset, chunk.caplen,
+                                                      chunk.wirelen, chunk.linktype, share.part)
+                    msg["fcs_first"], msg["fcs_ok"] = _pack(first_byte), fcs_ok
                 share.update(caller_behind=sender.send(("chunk", msg)))
             sender.send(("end", {"stats": cap.stats, "interfaces": cap.interfaces, "names": cap.names,
                                  "sections": cap.sections, "if_stats": cap.if_stats}))
@@ -177,15 +179,15 @@ class WalkHelper:
         self.ready.register(self.fd, selectors.EVENT_READ)
 
     @classmethod
-    def start(cls, path: str, chunk_bytes: int, first: int, size: int) -> WalkHelper | None:
+    def start(cls, path: str, chunk_bytes: int, first: int, size: int, fcs: bool = True) -> WalkHelper | None:
         """Start a helper for `path` (of `size` bytes as the caller mapped it) that sends chunks from
-        number `first` on; return None if no interpreter can be started."""
+        number `first` on, with FCS verdicts if `fcs`; return None if no interpreter can be started."""
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         if not sys.executable:
             return None
         try:
             proc = subprocess.Popen([sys.executable, "-c", _BOOT, root, os.fspath(path), str(chunk_bytes),
-                                     str(first), str(size)],
+                                     str(first), str(size), str(int(fcs))],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.DEVNULL, close_fds=True)
         except (OSError, ValueError):
@@ -236,8 +238,10 @@ def chunk_from(msg: dict, data: np.ndarray) -> RecordChunk:
     """Return the RecordChunk a helper message describes, over the caller's own mapping `data`;
     raise HelperFailed if its records do not lie inside that mapping."""
     try:
+        checked = "fcs_first" in msg
         chunk = RecordChunk(data=data, comments=msg["comments"], has_ts=msg["has_ts"],
-                            fcs_first=_unpack(msg["fcs_first"]), fcs_ok=msg["fcs_ok"],
+                            fcs_first=_unpack(msg["fcs_first"]) if checked else None,
+                            fcs_ok=msg["fcs_ok"] if checked else None,
                             **{k: _unpack(msg[k]) for k in _FIELDS})
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise HelperFailed(f"malformed chunk message: {exc}") from None

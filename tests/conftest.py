@@ -78,3 +78,33 @@ def deadline(seconds: int):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+SIM_CACHE = Path(os.environ.get("XLAYER_TEST_SIMS", "/tmp/xlayer-test-sims"))
+
+
+def sim_bundle(scenario: str, seed: int = 1, seconds: float | None = None) -> Path:
+    """Return the directory of an ns-3 simulated bundle (xlayer sim), made once per machine and cached.
+
+    Workers of one pytest-xdist run share the cache under a file lock, so each (scenario, seed,
+    seconds) is simulated once; skipped, saying why, where ns-3 cannot be imported.
+    """
+    import fcntl
+
+    from xlayer.sim import SimError, run_scenario
+
+    tag = f"{scenario}-s{seed}" + ("" if seconds is None else f"-{seconds:g}s")
+    out = SIM_CACHE / tag
+    SIM_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(SIM_CACHE / f"{tag}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "truth.json").is_file():
+            if out.exists():
+                shutil.rmtree(out)
+            try:
+                run_scenario(scenario, out, seed=seed, seconds=seconds)
+            except SimError as exc:
+                if exc.ns3_missing:
+                    pytest.skip(f"ns-3 cannot be imported: {exc}")
+                raise
+    return out

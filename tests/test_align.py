@@ -13,8 +13,6 @@ import math
 import os
 import shutil
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -526,15 +524,6 @@ def test_size_order_matching() -> None:
 # ns-3 simulated bundles (xlayer.sim): randomized clocks with a truth.json
 
 
-def _sim_or_skip() -> None:
-    import importlib.util
-
-    if importlib.util.find_spec("ns") is None:
-        pytest.skip("ns-3 Python bindings (package ns3) are not installed")
-    if importlib.util.find_spec("xlayer.sim.__main__") is None:
-        pytest.skip("xlayer.sim has no command line yet (python -m xlayer.sim)")
-
-
 def _truth_clocks(truth: dict) -> dict[str, dict]:
     clocks = truth.get("clocks", {})
     if isinstance(clocks, list):
@@ -542,39 +531,62 @@ def _truth_clocks(truth: dict) -> dict[str, dict]:
     return {k: v for k, v in clocks.items() if isinstance(v, dict)}
 
 
-SIM_SEEDS = (1, 2, 3)
+def _stamp_span(path: Path) -> np.ndarray:
+    """Return [first, last] record stamp (int64 ns) of a capture."""
+    lo, hi = None, None
+    with open_capture(path) as cf:
+        for ch in cf.chunks():
+            if len(ch.ts_ns):
+                lo = int(ch.ts_ns.min()) if lo is None else min(lo, int(ch.ts_ns.min()))
+                hi = int(ch.ts_ns.max()) if hi is None else max(hi, int(ch.ts_ns.max()))
+    assert lo is not None, f"{path}: no records"
+    return np.array([lo, hi], dtype=np.int64)
 
 
-@pytest.mark.parametrize("seed", SIM_SEEDS)
-def test_sim_bundle(tmp_path: Path, seed: int) -> None:
-    _sim_or_skip()
-    scenario = os.environ.get("XLAYER_ALIGN_SIM_SCENARIO", "baseline")
-    out = tmp_path / f"sim{seed}"
-    cmd = [sys.executable, "-m", "xlayer.sim", scenario, "-o", str(out), "--seed", str(seed)]
-    cmd += ["--seconds", os.environ.get("XLAYER_ALIGN_SIM_SECONDS", "10")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    truth = json.loads((out / "truth.json").read_text())
+def sim_errors(bundle_dir: Path) -> tuple[Alignment, dict[str, tuple[float, float, str]]]:
+    """Align a simulated bundle; return per packet capture not on the reference clock (max |offset
+    error| over the capture's span in us, |skew error| in ppm, method) against truth.json."""
+    truth = json.loads((bundle_dir / "truth.json").read_text())
     tclocks = _truth_clocks(truth)
-    al = align_bundle(out)
-    b = open_bundle(out)
+    al = align_bundle(bundle_dir)
+    b = open_bundle(bundle_dir)
     report = {}
     for c in al.captures:
-        e = b.entry(c.file)
-        if e.kind not in ("air", "wired") or c.file not in tclocks or c.clock == al.reference_clock:
+        if b.entry(c.file).kind not in ("air", "wired") or c.clock == al.reference_clock:
             continue
         t = tclocks[c.file]
         true = ClockMap.from_params(t["offset_s"], t["skew_ppm"], t["anchor_ts"])
         if "offset_ns" in t and "anchor_ns" in t:
             true = ClockMap(int(t["anchor_ns"]), float(t["offset_ns"]), float(t["skew_ppm"]) * 1e-6)
-        ts = read_records(out / c.file)[0]
-        span = np.array([ts.min(), ts.max()], dtype=np.int64)
         assert c.offset_s is not None, (c, al.table())
+        span = _stamp_span(bundle_dir / c.file)
         err = float(np.abs(np.asarray(c.to_reference_ns(span)) - true.to_reference_ns(span)).max()) / 1e3
         report[c.file] = (round(err, 1), round(abs(c.skew_ppm - true.skew_ppm), 2), c.method)
-    print(f"\nsim {scenario} seed {seed}: max offset error us, skew error ppm, method: {report}; "
+    return al, report
+
+
+# Every scenario at seed 1; the two that once broke alignment (RTS/CTS before every data frame: the
+# sniffer 370 us off; a station walking out of range, its retransmissions heard by the sniffer after
+# the AP already had the first attempt: 19 ms off) at two more seeds; and baseline (A-MPDUs whose
+# later subframes reach the wire later and later: the skew was 11 ppm off on a 3 s capture) at seed
+# 2.  (baseline seed 3 is left out: its TCP download collapses into RTOs, 72 packets in 3 s.)
+SIM_SCENARIOS = ("baseline", "performance_anomaly", "udp_overflow", "fragmentation", "rts_cts", "delay_spike",
+                 "walkaway")
+SIM_CASES = ([(s, 1) for s in SIM_SCENARIOS] + [(s, n) for s in ("rts_cts", "walkaway") for n in (2, 3)]
+             + [("baseline", 2)])
+
+
+@pytest.mark.parametrize("scenario,seed", SIM_CASES, ids=[f"{s}-seed{n}" for s, n in SIM_CASES])
+def test_sim_bundle(scenario: str, seed: int) -> None:
+    """Simulated bundles (ns-3, clocks with offset, skew and 20 us stamp jitter, truth.json): every
+    packet capture within 200 us over its whole span and 5 ppm of its true clock."""
+    from tests.conftest import sim_bundle
+
+    d = sim_bundle(scenario, seed)
+    al, report = sim_errors(d)
+    print(f"\nsim {scenario} seed {seed}: (max offset error us, skew error ppm, method): {report}; "
           f"{al.seconds:.2f} s\n{al.table()}")
-    assert report
+    assert {"sniffer.pcap", "ap_wired.pcap", "client.pcap"} <= set(report), report
     for f, (err, skew_err, _) in report.items():
         assert err <= MAX_OFFSET_ERR_US, (f, err, al.table())
         assert skew_err <= MAX_SKEW_ERR_PPM, (f, skew_err, al.table())

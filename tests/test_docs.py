@@ -16,6 +16,14 @@ def test_readme_tables_are_generated_from_the_schemas() -> None:
         assert block == table, f"README {tag} table is stale: run python -m parsers.{tag}"
 
 
+def test_readme_metric_tables_are_generated() -> None:
+    from xlayer.tables import markdown_tables
+
+    text = (REPO / "README.md").read_text()
+    block = text.split("<!-- metrics:begin -->")[1].split("<!-- metrics:end -->")[0].strip()
+    assert block == markdown_tables(), "README metric tables are stale: run python -m xlayer.tables"
+
+
 def test_quick_start_is_two_commands_and_ci_runs_the_second() -> None:
     text = (REPO / "README.md").read_text()
     section = text.split("## Quick start", 1)[1]

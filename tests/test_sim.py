@@ -8,6 +8,7 @@ the retry bits the sniffer recorded are the truth's, and the scenario's own effe
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import random
@@ -79,7 +80,7 @@ def test_clocks_are_deterministic_per_seed():
 
 
 def test_scenarios_are_registered_and_serializable():
-    want = {"baseline", "performance_anomaly", "udp_overflow", "fragmentation", "rts_cts", "delay_spike",
+    want = {"baseline", "steady", "performance_anomaly", "udp_overflow", "fragmentation", "rts_cts", "delay_spike",
             "walkaway"}
     assert want <= set(SCENARIOS)
     for name in SCENARIOS:
@@ -87,6 +88,25 @@ def test_scenarios_are_registered_and_serializable():
         assert sc.name == name and sc.seconds == 2.0 and sc.summary
         json.dumps(sc.physical())
         assert {f.station for f in sc.flows} <= {s.name for s in sc.stations}
+
+
+def test_ssid_is_a_scenario_parameter_and_checked(tmp_path):
+    from xlayer.sim import SimError, run_scenario
+    from xlayer.sim.scenarios import DEFAULT_SSID, check_ssid
+
+    assert get_scenario("baseline").ssid == DEFAULT_SSID
+    hostile = "<script>alert(1)</script>"
+    assert check_ssid(hostile) == hostile and check_ssid("é" * 16) == "é" * 16     # 32 bytes of UTF-8
+    for bad in ("", "x" * 33, "é" * 17, "a\x00b"):
+        with pytest.raises(ValueError):
+            check_ssid(bad)
+    with pytest.raises(ValueError):
+        dataclasses.replace(get_scenario("baseline"), ssid="x" * 33)
+    sc = get_scenario("baseline", 1.0)
+    sc.ssid = "y" * 40                       # set after construction: run_scenario still refuses it
+    with pytest.raises(SimError, match="32 bytes"):
+        run_scenario("baseline", tmp_path / "b", scenario=sc)
+    assert get_scenario("baseline").physical()["ssid"] == DEFAULT_SSID
 
 
 # ------------------------------------------------------------------------------------------------
@@ -137,8 +157,9 @@ def _check_bundle(out: Path, truth: dict, fragments_ok: bool = False) -> dict[st
         if fragments_ok:
             bad = bad.filter(~(pl.col("wlan_more_frag").fill_null(False) | (pl.col("wlan_frag").fill_null(0) > 0)))
         assert bad.height == 0, f"{f}: malformed rows {bad.group_by('malformed').len().rows()}"
-        assert df.height == truth["captures"][{"sniffer.pcap": "sniffer", "ap_wired.pcap": "ap_wired",
-                                               "server.pcap": "server", "client.pcap": "client"}[f]]["frames"]
+        cap = truth["captures"][{"sniffer.pcap": "sniffer", "ap_wired.pcap": "ap_wired",
+                                 "server.pcap": "server", "client.pcap": "client"}[f]]
+        assert df.height == cap["frames"] and cap["file"] == f and cap["bytes"] == (out / f).stat().st_size
         if tshark:
             assert _tshark_count(out / f) == df.height, f
         frames[f] = df
@@ -236,6 +257,11 @@ def test_sim_baseline(tmp_path):
     assert truth["causes"] == [] and truth["expect"]["holds"]
     sn = frames["sniffer.pcap"]
     assert sn.filter(pl.col("phy") == "ht").height > 0 and sn.get_column("ampdu_ref").drop_nulls().len() > 0
+    # the SSID the scenario names is the one in the AP's beacons
+    beacons = sn.filter((pl.col("wlan_type") == 0) & (pl.col("wlan_subtype") == 8))
+    assert beacons.height > 0 and beacons["wlan_ssid"].unique().to_list() == [truth["topology"]["ssid"]]
+    assert truth["topology"]["ssid"] == "xlayer-sim"
+    assert json.loads((out / "bundle.json").read_text())["tags"]["ssid"] == "xlayer-sim"
 
 
 @needs_ns3
@@ -253,6 +279,12 @@ def test_sim_udp_overflow(tmp_path):
     assert (drops["n_attempts"] == 0).all() and (drops["queue_len_at_enqueue"] >= drops["queue_max"]).all()
     assert truth["packets"]["consistency"]["sent_although_queue_was_full"] == 0
     assert "ap_queue_overflow" in {c["cause"] for c in truth["causes"]}
+    # the TCP flow ran alone first; the drops start once the UDP stream does, and the TCP goodput falls
+    udp = next(f for f in truth["flows"] if f["name"] == "udp_far")
+    c = next(c for c in truth["causes"] if c["cause"] == "ap_queue_overflow")
+    assert udp["start_ts"] <= c["start_ts"] < udp["start_ts"] + 0.5
+    assert c["numbers"]["tcp_goodput_mbps_during"] < c["numbers"]["tcp_goodput_mbps_before"] / 2
+    assert truth["expect"]["holds"], truth["expect"]["detail"]
 
 
 @needs_ns3
@@ -264,6 +296,9 @@ def test_sim_performance_anomaly(tmp_path):
     st = truth["mac"]["stations"]
     assert st["sta_slow"]["downlink_mean_rate_mbps"] < st["sta_good"]["downlink_mean_rate_mbps"]
     assert truth["causes"][0]["cause"] == "performance_anomaly"
+    assert truth["expect"]["holds"], truth["expect"]["detail"]
+    slow = next(f for f in truth["flows"] if f["name"] == "tcp_slow")
+    assert truth["causes"][0]["start_ts"] == slow["start_ts"]     # the good station ran alone before
 
 
 @needs_ns3
@@ -321,7 +356,7 @@ def test_sim_delay_spike(tmp_path):
 
 @needs_ns3
 def test_sim_walkaway(tmp_path):
-    out, truth = _simulate("walkaway", 11.0, tmp_path)
+    out, truth = _simulate("walkaway", get_scenario("walkaway").seconds, tmp_path)
     frames = _check_bundle(out, truth)
     _check_clocks(out, truth, frames)
     _check_retries(out, frames)

@@ -82,3 +82,69 @@ def test_pack_round_trip() -> None:
         a = a.astype(np.int64)
         b = walkproc._unpack(walkproc._pack(a))
         assert b.dtype == np.int64 and (b == a).all()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the helper runs on POSIX systems only")
+def test_helper_without_fcs_checks_gives_the_same_projected_rows(forced, monkeypatch) -> None:
+    """A read that does not ask for fcs_bad starts the helper with no FCS checks: same rows, and
+    the helper's chunks then carry no verdicts."""
+    started = []
+    real = walkproc.WalkHelper.start.__func__
+
+    def start(cls, *a, **k):
+        started.append(k.get("fcs", True))
+        return real(cls, *a, **k)
+
+    monkeypatch.setattr(walkproc.WalkHelper, "start", classmethod(start))
+    path = _paths()[0]
+    cols = ["wlan_seq", "wlan_ta", "ip_dst", "dport"]
+    here = read_capture(path, threads=1, chunk_bytes=2048, columns=cols)
+    helped = read_capture(path, threads=2, chunk_bytes=2048, columns=cols)
+    assert started == [False]
+    assert helped.equals(here, null_equal=True)
+    with_fcs = read_capture(path, threads=2, chunk_bytes=2048, columns=cols + ["fcs_bad"])
+    assert started == [False, True]
+    assert with_fcs.select(here.columns).equals(here, null_equal=True)
+    assert with_fcs.get_column("fcs_bad").sum() > 0       # this file has frames with a bad FCS
+
+
+@pytest.mark.parametrize("psi, loadavg, cpus, taken", [
+    ("some avg10=97.70 avg60=97.08 avg300=93.04 total=1\n", "0.1 0.1 0.1 1/200 9", 2, True),
+    ("some avg10=0.00 avg60=0.00 avg300=0.00 total=1\n", "0.1 0.1 0.1 1/200 9", 2, False),
+    ("some avg10=0.00 avg60=0.00 avg300=0.00 total=1\n", "2.0 2.0 2.0 2/200 9", 2, True),
+    (None, "9.0 9.0 9.0 4/200 9", 4, True),
+    (None, "9.0 9.0 9.0 3/200 9", 4, False),
+    (None, None, 2, False),
+])
+def test_helper_left_out_when_the_cpus_are_taken(monkeypatch, psi, loadavg, cpus, taken) -> None:
+    """A helper process only pays with a free core: busy CPUs (pressure, or other runnable tasks)
+    keep the walk in this process."""
+    import io
+
+    def fake_open(name, *a, **k):
+        text = {"/proc/pressure/cpu": psi, "/proc/loadavg": loadavg}.get(name)
+        if text is None:
+            raise OSError(name)
+        return io.StringIO(text)
+
+    monkeypatch.setattr(ingest, "open", fake_open, raising=False)
+    monkeypatch.setattr(ingest.os, "cpu_count", lambda: cpus)
+    assert ingest._cpus_taken() is taken
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_one_decoding_thread_when_the_cpus_are_taken(monkeypatch, taken: bool) -> None:
+    seen = []
+    real = ingest._decoded
+
+    def spy(chunks, decoder, threads, proj):
+        seen.append(threads)
+        return real(chunks, decoder, threads, proj)
+
+    monkeypatch.setattr(ingest, "_decoded", spy)
+    monkeypatch.setattr(ingest, "_cpus_taken", lambda: taken)
+    monkeypatch.setattr(ingest, "BUSY_CHECK_BYTES", 1)
+    path = _paths()[3]          # Ethernet: never a helper
+    busy = read_capture(path, threads=2, chunk_bytes=2048)
+    assert seen == [1 if taken else 2]
+    assert busy.equals(read_capture(path, threads=1, chunk_bytes=2048), null_equal=True)

@@ -32,8 +32,9 @@ How a clock is fitted (`xlayer.align_match` for matching, `xlayer.align_fit` for
   error by the minimum delay).
 * air <-> air, **simultaneous**: the same frame (TA, RA, seq, frag, retry, type, TID, ...) and
   beacons heard by two sniffers at the same instant; a trimmed least-squares line.
-* air frames carry their airtime (leaving a vantage = end of the frame, reaching it = start) and,
-  where present, TSFT mapped onto the sniffer's clock (see `xlayer.align_match`).
+* air frames carry their airtime (leaving a vantage = end of the first attempt's frame, reaching
+  it = start of its exchange, RTS/CTS included) and, where present, TSFT mapped onto the sniffer's
+  clock (see `xlayer.align_match`).
 * protected data frames (no keys to decrypt them) match wired packets by size and order: the MPDU
   length minus 802.11 header, CCMP (16 B) or TKIP (20 B) overhead and LLC/SNAP is the IP length
   (`xlayer.align_size`), used only when the keyed matches give nothing.
@@ -345,10 +346,14 @@ def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False) -> tuple[f
         return fit, anchor, per_file
     if n_ip < min_matches:
         return None
-    m = pl.concat([d.with_columns(pl.lit(i, dtype=pl.Int32).alias("cp")) for i, (_, _, d) in enumerate(ips)])
     for kf, uf, d in ips:
         per_file[kf] = per_file.get(kf, 0) + d.height
         per_file[uf] = per_file.get(uf, 0) + d.height
+    m = pl.concat([d.select("tKs", "tKe", "tUs", "tUe", "pair", "orient", "ttl_k", "ttl_u",
+                            pl.lit(i, dtype=pl.Int32).alias("cp")) for i, (_, _, d) in enumerate(ips)],
+                  rechunk=False)
+    edge.ip.clear()
+    del ips
     anchor = int(m["tUs"].median()) // NS * NS
     # A frame end may be unknown (null: see align_match); the midpoints only sort directions.
     m = m.with_columns(((pl.col("tUs") + pl.col("tUe").fill_null(pl.col("tUs")) - pl.col("tKs")
@@ -356,26 +361,33 @@ def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False) -> tuple[f
     g = m.group_by("cp", "pair", "orient").agg(pl.col("y0").median().alias("med"))
     both = g.group_by("cp", "pair").agg(pl.len().alias("k"),
                                         pl.col("orient").sort_by("med").last().alias("fwd_orient"))
-    m = m.join(both, on=["cp", "pair"], how="left")
+    # Joined on two narrow columns only, then set beside the matches (a join of the whole frame
+    # would copy every column of millions of rows).
+    side = m.select("cp", "pair").join(both, on=["cp", "pair"], how="left", maintain_order="left")
+    m = m.with_columns(side["k"], side["fwd_orient"])
+    del side
     ttl_dir = (pl.when(pl.col("ttl_k") > pl.col("ttl_u")).then(1)
                .when(pl.col("ttl_k") < pl.col("ttl_u")).then(-1).otherwise(0))
     m = m.with_columns(pl.when(pl.col("k") == 2)
                        .then(pl.when(pl.col("orient") == pl.col("fwd_orient")).then(1).otherwise(-1))
-                       .otherwise(ttl_dir).cast(pl.Int8).alias("dir"))
+                       .otherwise(ttl_dir).cast(pl.Int8).alias("dir")).drop("k", "fwd_orient")
     # x: the unknown clock's time relative to the anchor; y: t_U - t_K with the right frame ends.
-    m = m.with_columns(
+    xy = m.select(
+        "dir",
         pl.when(pl.col("dir") >= 0).then(pl.col("tUs") - anchor).otherwise(pl.col("tUe") - anchor)
         .cast(pl.Float64).alias("x"),
         pl.when(pl.col("dir") >= 0).then(pl.col("tUs") - pl.col("tKe")).otherwise(pl.col("tUe") - pl.col("tKs"))
         .cast(pl.Float64).alias("y"))
+    unk = m.filter(pl.col("dir") == 0).with_columns(xy.filter(pl.col("dir") == 0)["x"])
+    del m
 
-    def arr(mask: pl.Expr) -> tuple[np.ndarray, np.ndarray]:
-        s = m.filter(mask & pl.col("y").is_not_null())
-        return s["x"].to_numpy(), s["y"].to_numpy()
+    def arr(xy: pl.DataFrame, d: int) -> tuple[np.ndarray, np.ndarray]:
+        sel = xy.filter((pl.col("dir") == d) & pl.col("y").is_not_null())
+        return sel["x"].to_numpy(), sel["y"].to_numpy()
 
-    xf, yf = arr(pl.col("dir") == 1)
-    xr, yr = arr(pl.col("dir") == -1)
-    unk = m.filter(pl.col("dir") == 0)
+    xf, yf = arr(xy, 1)
+    xr, yr = arr(xy, -1)
+    del xy
     if len(xf) >= 2 and len(xr) >= 2:
         fit = fitm.two_way(xf, yf, xr, yr)
         if unk.height:
@@ -450,57 +462,86 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
     packet = [e for e in bundle.captures if e.is_packets]
     obs: dict[str, mm.Observations] = {}
     errors: dict[str, str] = {}
-    for e in packet:
+    # Air captures first: whether any has protected frames decides if the wired ones keep what the
+    # size-and-order matching needs, and per-frame keys are kept only where two sniffers can match.
+    n_air = sum(e.kind == "air" for e in packet)
+    need_sizes = False
+    for e in sorted(packet, key=lambda e: e.kind != "air"):
         try:
             df = tables[e.file] if tables is not None and e.file in tables else _read(bundle, e, decoder)
         except Exception as exc:  # noqa: BLE001 - one unreadable capture must not stop the others
             errors[e.file] = f"{type(exc).__name__}: {exc}"
             continue
         ts_point = str(e.extra.get("ts_point", "end"))
-        obs[e.file] = mm.observe(df, e.file, e.kind, ts_point=ts_point, use_tsft=use_tsft)
+        o = mm.observe(df, e.file, e.kind, ts_point=ts_point, use_tsft=use_tsft, sizes=need_sizes,
+                       frames=n_air >= 2)
+        del df
+        need_sizes = need_sizes or (o.sz is not None and o.sz.height > 0)
+        obs[e.file] = o
 
-    # Matches between every two captures on different clocks.
+    # Per pair of clocks: the matches of every two of their captures, fitted at once and let go
+    # (a fit does not depend on which clock becomes the reference; only the fits are kept).
+    from . import align_size
+
     clock_of = {e.file: e.clock for e in packet}
     files = [e.file for e in packet if e.file in obs]
-    ip_m: dict[tuple[str, str], pl.DataFrame] = {}
-    fr_m: dict[tuple[str, str], pl.DataFrame] = {}
-    matched_any: dict[str, int] = {}
+    by_clocks: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for i, fa in enumerate(files):
         for fb in files[i + 1:]:
-            if clock_of[fa] == clock_of[fb]:
-                continue
+            if clock_of[fa] != clock_of[fb]:
+                by_clocks.setdefault(tuple(sorted((clock_of[fa], clock_of[fb]))), []).append((fa, fb))
+    matched_any: dict[str, int] = {}
+    adj: dict[str, list[tuple[str, float]]] = {c: [] for c in sorted({e.clock for e in bundle.captures})}
+    edge_fits: dict[tuple[str, str], tuple[fitm.ClockFit, int, dict[str, int]]] = {}
+    for (ca, cb), fpairs in by_clocks.items():
+        ip_m: dict[tuple[str, str], pl.DataFrame] = {}
+        fr_m: dict[tuple[str, str], pl.DataFrame] = {}
+        size_pairs: set[tuple[str, str]] = set()
+        for fa, fb in fpairs:
             A, B = obs[fa], obs[fb]
             if A.kind == "air" and B.kind == "air":
                 j = mm.match_frames(A, B)
                 fr_m[(fa, fb)] = j
             else:
                 j = mm.match_ip(A, B)
+                if j.height < min_matches and A.kind != B.kind:
+                    # Protected air captures with nothing keyed: sizes and order.
+                    air, wired = (A, B) if A.kind == "air" else (B, A)
+                    sm = align_size.match_sizes(air, wired)
+                    if sm is not None and sm.height >= min_matches:
+                        if air is A:
+                            sm = sm.rename({"tAirS": "tAs", "tAirE": "tAe", "tW": "tBs"}).with_columns(
+                                pl.col("tBs").alias("tBe"))
+                        else:
+                            sm = sm.rename({"tAirS": "tBs", "tAirE": "tBe", "tW": "tAs"}).with_columns(
+                                pl.col("tAs").alias("tAe"))
+                        j = sm.select("tAs", "tAe", "tBs", "tBe", "pair", "orient", "ttl_a", "ttl_b")
+                        size_pairs.add((fa, fb))
                 ip_m[(fa, fb)] = j
             matched_any[fa] = matched_any.get(fa, 0) + j.height
             matched_any[fb] = matched_any.get(fb, 0) + j.height
-
-    # Protected air captures with nothing keyed: sizes and order.
-    from . import align_size
-
-    size_pairs: set[tuple[str, str]] = set()
-    for (fa, fb), j in list(ip_m.items()):
-        if j.height >= min_matches:
+        w = sum(j.height for j in ip_m.values()) + sum(j.height for j in fr_m.values())
+        if w < min_matches or w == 0:
             continue
-        A, B = obs[fa], obs[fb]
-        if A.kind == B.kind:
+        edge = _edge(ca, cb, ip_m, fr_m, clock_of)
+        size_only = _size_only(ca, cb, ip_m, size_pairs, clock_of)
+        del ip_m, fr_m
+        # Fit every linked pair of clocks once (x on the second clock's time); its cost is how
+        # uncertain the offset is: for a two-way fit, half the gap between the two delay envelopes
+        # (the truth lies between them), plus the scatter.  Chains are chosen by the sum of costs:
+        # two short links (sniffer - server, station - sniffer) beat one long one (station - server
+        # across the AP).
+        res = _fit_edge(edge, min_matches, size_only=size_only)
+        del edge
+        if res is None:
             continue
-        air, wired = (A, B) if A.kind == "air" else (B, A)
-        sm = align_size.match_sizes(air, wired)
-        if sm is not None and sm.height >= min_matches:
-            if air is A:
-                sm = sm.rename({"tAirS": "tAs", "tAirE": "tAe", "tW": "tBs"}).with_columns(pl.col("tBs").alias("tBe"))
-            else:
-                sm = sm.rename({"tAirS": "tBs", "tAirE": "tBe", "tW": "tAs"}).with_columns(pl.col("tAs").alias("tAe"))
-            ip_m[(fa, fb)] = sm.select("tAs", "tAe", "tBs", "tBe", "pair", "orient", "ttl_a", "ttl_b")
-            size_pairs.add((fa, fb))
-            matched_any[fa] = matched_any.get(fa, 0) + sm.height
-            matched_any[fb] = matched_any.get(fb, 0) + sm.height
+        edge_fits[(ca, cb)] = res
+        cost = _edge_cost(res[0])
+        adj.setdefault(ca, []).append((cb, cost))
+        adj.setdefault(cb, []).append((ca, cost))
 
+    for o in obs.values():                # only their counts are wanted from here on
+        o.ip, o.fr, o.sz, o.wired_sz = o.ip.clear(), None, None, None
     ref_clock, ref_vantage = _choose_reference(bundle, packet, obs, matched_any, reference)
 
     # Known clocks: the reference (through its override, if any) and overridden ones.
@@ -512,33 +553,7 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
     if ref_clock is not None:
         known[ref_clock] = overrides.get(ref_clock, ClockMap.identity())
     known.update(overrides)
-
-    # Clock graph: matched counts per pair of clocks.
-    weight: dict[tuple[str, str], float] = {}
-    for store, kindw in ((ip_m, 1.0), (fr_m, 1.0)):
-        for (fa, fb), j in store.items():
-            if j.height == 0:
-                continue
-            ca, cb = sorted((clock_of[fa], clock_of[fb]))
-            weight[(ca, cb)] = weight.get((ca, cb), 0.0) + j.height * kindw
     clocks = sorted({e.clock for e in bundle.captures})
-    # Fit every linked pair of clocks once (x on the second clock's time); its cost is how uncertain
-    # the offset is: for a two-way fit, half the gap between the two delay envelopes (the truth lies
-    # between them), plus the scatter.  Chains are chosen by the sum of costs: two short links
-    # (sniffer - server, station - sniffer) beat one long one (station - server across the AP).
-    adj: dict[str, list[tuple[str, float]]] = {c: [] for c in clocks}
-    edge_fits: dict[tuple[str, str], tuple[fitm.ClockFit, int, dict[str, int]]] = {}
-    for (ca, cb), w in weight.items():
-        if w < min_matches:
-            continue
-        res = _fit_edge(_edge(ca, cb, ip_m, fr_m, clock_of), min_matches,
-                        size_only=_size_only(ca, cb, ip_m, size_pairs, clock_of))
-        if res is None:
-            continue
-        edge_fits[(ca, cb)] = res
-        cost = _edge_cost(res[0])
-        adj.setdefault(ca, []).append((cb, cost))
-        adj.setdefault(cb, []).append((ca, cost))
     # Dijkstra from every known clock at once; failed fits are skipped and the next path tried.
     # Overridden clocks can anchor chains, but start 100 us behind the reference: a chain through a
     # hand-written override is taken only where it is clearly better than any path from the reference.

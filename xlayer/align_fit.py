@@ -99,6 +99,10 @@ def lower_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.asarray(idx, dtype=np.int64)
 
 
+def _is_sorted(x: np.ndarray) -> bool:
+    return len(x) < 2 or bool(np.all(x[1:] >= x[:-1]))
+
+
 def bin_minima(x: np.ndarray, y: np.ndarray, nbins: int = HULL_BINS) -> tuple[np.ndarray, np.ndarray]:
     """Return the lowest point of each of nbins equal-time bins, sorted by x (vectorised)."""
     if len(x) <= nbins:
@@ -107,6 +111,16 @@ def bin_minima(x: np.ndarray, y: np.ndarray, nbins: int = HULL_BINS) -> tuple[np
     lo, hi = float(x.min()), float(x.max())
     width = (hi - lo) / nbins or 1.0
     b = np.minimum(((x - lo) / width).astype(np.int64), nbins - 1)
+    if _is_sorted(x):
+        # Points in time order (as two_way passes them): bins are runs, no sort needed.  The
+        # lowest point of a run, the first of equals as the stable sort below takes.
+        starts = np.flatnonzero(np.concatenate([[True], b[1:] != b[:-1]]))
+        mins = np.minimum.reduceat(y, starts)
+        run = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(y))))
+        at = np.flatnonzero(y == mins[run])
+        first = np.concatenate([[True], run[at][1:] != run[at][:-1]])
+        sel = at[first]
+        return x[sel], y[sel]
     o = np.lexsort((y, b))
     bs = b[o]
     first = np.ones(len(bs), dtype=bool)
@@ -145,8 +159,7 @@ def jitter_sigma(x: np.ndarray, y: np.ndarray) -> float:
     """Return a robust scale (ns) of point-to-point noise: MAD of first differences in time order."""
     if len(x) < 3:
         return math.inf
-    o = np.argsort(x, kind="stable")
-    d = np.diff(y[o])
+    d = np.diff(y) if _is_sorted(x) else np.diff(y[np.argsort(x, kind="stable")])
     return float(1.4826 * np.median(np.abs(d)) / math.sqrt(2.0))
 
 
@@ -216,6 +229,10 @@ def two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray) -> C
     than the jitter allows would mean a negative delay: a wrong match, as matching by size and order
     can make.  Such points are dropped and the fit redone.
     """
+    # In time order once: the hull's bins and the jitter's differences then need no sort.
+    of, orr = np.argsort(xf, kind="stable"), np.argsort(xr, kind="stable")
+    xf, yf, xr, yr = xf[of], yf[of], xr[orr], yr[orr]
+    del of, orr
     sig = min(jitter_sigma(xf, yf), jitter_sigma(xr, yr))
     tol = max(6.0 * min(sig, BAND_CAP_NS), 50_000.0)
     dropped = 0

@@ -320,6 +320,12 @@ class Bundle:
             return pl.LazyFrame(schema=_with_added(SCHEMA))
         return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal")
 
+    def timeline(self, reference: str | None = None, **kw: Any) -> Any:
+        """Return this bundle's `xlayer.timeline.Timeline`: captures aligned, metric tables on demand."""
+        from .timeline import open_timeline
+
+        return open_timeline(self, reference, **kw)
+
     def describe(self, decoder: str = "fast") -> dict[str, Any]:
         """Return the manifest plus, per capture, what reading it found (counts, span, errors)."""
         d = self.to_dict()

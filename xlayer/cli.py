@@ -146,7 +146,8 @@ def _command_modules() -> list:
     import importlib
 
     mods = []
-    for name in ("bundle_cli", "capture_cli", "lab_cli", "sim_cli", "align_cli"):
+    for name in ("bundle_cli", "capture_cli", "lab_cli", "sim_cli", "align_cli", "metrics_cli",
+                 "analyze_cli", "report_cli"):
         try:
             mods.append(importlib.import_module(f"xlayer.{name}"))
         except ModuleNotFoundError as exc:

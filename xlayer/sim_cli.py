@@ -7,7 +7,7 @@ import sys
 
 def cmd_sim(args: argparse.Namespace) -> int:
     """Run `xlayer sim`; return 0 if the scenario showed its effect, 1 if not, 2 if it could not run."""
-    from .sim import SimError, list_scenarios, ns3_available, run_scenario
+    from .sim import SimError, get_scenario, list_scenarios, ns3_available, run_scenario
 
     if args.list:
         for name, summary in list_scenarios():
@@ -21,7 +21,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print(f"xlayer: sim: {why}", file=sys.stderr)
         return 2
     try:
-        truth = run_scenario(args.scenario, args.output, seed=args.seed, seconds=args.seconds,
+        sc = get_scenario(args.scenario, args.seconds)
+        if args.ssid is not None:
+            sc.ssid = args.ssid          # run_scenario checks it (1..32 bytes)
+        truth = run_scenario(args.scenario, args.output, seed=args.seed, scenario=sc,
                              keep_work=args.keep_work,
                              log=lambda m: print(f"xlayer sim: {m}", file=sys.stderr, flush=True))
     except (SimError, KeyError) as exc:
@@ -52,6 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", metavar="DIR", help="bundle directory (created)")
     p.add_argument("--seed", type=int, default=1, help="random seed, >= 1 (same seed, same bytes; default 1)")
     p.add_argument("--seconds", type=float, default=None, help="simulated time (default: the scenario's)")
+    p.add_argument("--ssid", default=None, help="the BSS's SSID in beacons and probe responses, 1 to 32 "
+                   "bytes (default: xlayer-sim)")
     p.add_argument("--list", action="store_true", help="name the scenarios, one line each")
     p.add_argument("--keep-work", action="store_true", help="keep the child's logs in DIR/.sim-work")
     p.set_defaults(func=cmd_sim)

@@ -165,6 +165,7 @@ def run_scenario(name: str, out_dir: str | os.PathLike, seconds: float | None = 
         truth["summary"] = summarize(deltas, qd, transfers)
         ok, why = sc.check(truth)
         truth["expect"] = {"holds": ok, "detail": why}
+        truth["causes"] = tr.causes_of(name, truth)
         truth["run_seconds"] = round(time.monotonic() - t_start, 2)
         _write_json(out / TRUTH, truth)
         return truth

@@ -77,3 +77,29 @@ def qdisc_delta(before: list[dict], after: list[dict]) -> list[dict]:
                     **{k: q.get(k, 0) - b.get(k, 0) for k in QDISC_FIELDS},
                     "backlog_bytes_after": q.get("backlog", 0), "qlen_after": q.get("qlen", 0)})
     return out
+
+
+def causes_of(scenario: str, truth: dict) -> list[dict]:
+    """Return what an analyzer should attribute in a lab run ([] for the steady ones), from what happened.
+
+    Same shape as the simulated bundles' ``causes`` (field-guide names, reference epoch seconds): a
+    delay spike whose retransmission the kernel undid (TCPLossUndo / TCPSpuriousRTOs) is a spurious
+    RTO over the spike; an unresponsive UDP stream that made the bottleneck queue drop is queue
+    overflow over the transfers.  A plain queue overflow under one TCP flow is TCP's ordinary
+    congestion control, not a drop of throughput: no cause.
+    """
+    srv = truth.get("counters", {}).get("server", {}).get("TcpExt", {})
+    drops = sum(int(q.get("drops", 0) or 0) for q in truth.get("qdisc", {}).get("router_out", []))
+    win = truth.get("window", {})
+    out: list[dict] = []
+    if scenario == "delay_spike" and (srv.get("TCPLossUndo", 0) or srv.get("TCPSpuriousRTOs", 0)):
+        for ev in truth.get("events", []):
+            if ev.get("kind") == "rate_drop":
+                out.append({"cause": "spurious_rto", "role": "primary", "start_ts": ev["start_ns"] / 1e9,
+                            "end_ts": ev["end_ns"] / 1e9, "flows": ["tcp"], "stations": [],
+                            "evidence": "the link nearly stalls; the server's RTO fires and the kernel undoes it"})
+    if scenario == "udp_flood" and drops:
+        out.append({"cause": "ap_queue_overflow", "role": "primary", "start_ts": win["transfers_start_ns"] / 1e9,
+                    "end_ts": win["transfers_end_ns"] / 1e9, "flows": ["tcp", "udp"], "stations": [],
+                    "evidence": f"the unresponsive UDP stream fills the bottleneck queue: {drops} drops"})
+    return out

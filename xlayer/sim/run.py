@@ -1,6 +1,7 @@
 """Run a scenario: child process for ns-3, then captures checked, truth built, bundle written."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -12,8 +13,7 @@ from typing import Any, Callable
 
 from . import clocks as _clocks
 from .pcapfile import count_pcap
-from .scenarios import Scenario, get_scenario
-from .world import NO_NS3
+from .scenarios import Scenario, check_ssid, get_scenario
 
 # The files of a simulated bundle, by vantage ("tcp": the server's TCP state samples).
 FILES = {
@@ -65,6 +65,9 @@ def _child_env() -> dict[str, str]:
 
 def run_child(job: dict, workdir: Path, log: Callable[[str], None], timeout: float = CHILD_TIMEOUT_S) -> dict:
     """Run `job` in a fresh `python -m xlayer.sim.world` process; return its result.json."""
+    # Imported here, not at the top: the package importing `world` before the child runs it as
+    # __main__ makes runpy warn in every child.
+    from .world import NO_NS3  # noqa: PLC0415
     job_path = workdir / "job.json"
     job_path.write_text(json.dumps(job, indent=1))
     cmd = [sys.executable, "-m", "xlayer.sim.world", str(job_path)]
@@ -98,6 +101,10 @@ def run_scenario(name: str, outdir: str | os.PathLike, *, seed: int = 1, seconds
     if seed < 1:
         raise SimError("seed must be >= 1 (ns-3 rejects seed 0)")
     sc = scenario or get_scenario(name, seconds)
+    try:
+        check_ssid(sc.ssid)       # a caller may have set it after the scenario was built
+    except ValueError as exc:
+        raise SimError(str(exc)) from None
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     for f in list(FILES.values()) + ["bundle.json", "truth.json", "truth_packets.parquet",
@@ -119,9 +126,11 @@ def run_scenario(name: str, outdir: str | os.PathLike, *, seed: int = 1, seconds
             raise SimError(f"the child wrote no {fname}")
         if fname.endswith(".pcap"):
             try:
-                summaries[vantage] = count_pcap(part)
+                summary = count_pcap(part)
             except ValueError as exc:
                 raise SimError(str(exc)) from None
+            # named as the bundle names it (truth.json's captures give the file name)
+            summaries[vantage] = dataclasses.replace(summary, path=out / fname)
         os.replace(part, out / fname)
     truth = build_truth(sc, seed, cl, result, work, out, summaries, wall_s=time.monotonic() - t0)
     write_bundle(sc, seed, truth, out, summaries, result)

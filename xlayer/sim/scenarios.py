@@ -24,6 +24,18 @@ CAUSES = ("mac_retries", "rate_change", "performance_anomaly", "ap_queue_overflo
           "fragmentation", "rts_overhead", "interference", "host_limited", "handoff")
 
 
+DEFAULT_SSID = "xlayer-sim"
+SSID_MAX_BYTES = 32
+
+
+def check_ssid(ssid: str) -> str:
+    """Return `ssid` if 802.11 can carry it (1..32 bytes of UTF-8, no NUL), else raise ValueError."""
+    n = len(ssid.encode("utf-8"))
+    if not 1 <= n <= SSID_MAX_BYTES or "\x00" in ssid:
+        raise ValueError(f"an SSID is 1 to {SSID_MAX_BYTES} bytes without NUL; got {n} bytes: {ssid!r}")
+    return ssid
+
+
 @dataclass
 class Station:
     """A client: where it stands (metres from the AP), whether it walks away, when it goes deaf."""
@@ -80,8 +92,12 @@ class Scenario:
     snaplen_air: int = 160               # radiotap + 802.11 + LLC + IPv4 + TCP with options
     snaplen_wired: int = 96              # Ethernet + IPv4 + TCP with options (as xlayer lab)
     sample_interval_s: float = 0.05
+    ssid: str = DEFAULT_SSID             # the BSS's SSID in beacons and probe responses (<= 32 bytes)
     expect: Callable[[dict], tuple[bool, str]] | None = None
     causes: Callable[[Any], list[dict]] | None = None
+
+    def __post_init__(self) -> None:
+        check_ssid(self.ssid)
 
     def physical(self) -> dict:
         """Return the JSON-able setup the child builds (everything but the Python hooks)."""
@@ -164,92 +180,152 @@ def _summary(truth: dict) -> dict:
 # ------------------------------------------------------------------------------------------------
 # the scenarios
 
+def _steady_expect(truth: dict) -> tuple[bool, str]:
+    s = _summary(truth)
+    ok = s["ap_queue_drops"] == 0 and s["rto_expirations"] == 0 and s["delivered"] > 0
+    return ok, (f"{s['ap_queue_drops']} AP queue drops (want 0), {s['rto_expirations']} RTOs "
+                f"(want 0), {s['delivered']} packets delivered")
+
+
 @scenario("baseline", "one good 802.11n station (MinstrelHt, A-MPDU) at 5 m, one TCP download: "
           "nothing to attribute", 3.0)
 def baseline(seconds: float) -> Scenario:
-    def expect(truth: dict) -> tuple[bool, str]:
-        s = _summary(truth)
-        ok = s["ap_queue_drops"] == 0 and s["rto_expirations"] == 0 and s["delivered"] > 0
-        return ok, (f"{s['ap_queue_drops']} AP queue drops (want 0), {s['rto_expirations']} RTOs "
-                    f"(want 0), {s['delivered']} packets delivered")
-
     return Scenario(
         name="baseline", summary="", seconds=seconds, standard="n", rate_manager="minstrel_ht",
         stations=[Station("sta0", 5.0, 0.0)],
         flows=[Flow("tcp0", "tcp", "sta0", 5001, TRAFFIC_START_S)],
-        expect=expect, causes=lambda ctx: [])
+        expect=_steady_expect, causes=lambda ctx: [])
 
 
-@scenario("performance_anomaly", "802.11g: a good station (5 m) and a far, slow one, both TCP "
-          "downloads: the slow station's airtime drags both (study 001)", 8.0)
+@scenario("steady", "802.11g, one station 5 m from the AP at a constant 24 Mbit/s, one TCP download: "
+          "level goodput, nothing to attribute (the shipped baseline sample)", 3.5)
+def steady(seconds: float) -> Scenario:
+    # The baseline for samples: `baseline` (MinstrelHt on 802.11n) keeps climbing for a second or
+    # two and moves about 5,000 packets a second (9 MB in 3 s); a constant legacy rate keeps the
+    # goodput level (about 15 Mbit/s, within 2 % per 250 ms) and the bundle near 3 MB.
+    return Scenario(
+        name="steady", summary="", seconds=seconds, rate_manager="constant",
+        data_mode="ErpOfdmRate24Mbps", control_mode="ErpOfdmRate24Mbps",
+        stations=[Station("sta0", 5.0, 0.0)],
+        flows=[Flow("tcp0", "tcp", "sta0", 5001, TRAFFIC_START_S)],
+        expect=_steady_expect, causes=lambda ctx: [])
+
+
+PA_SLOW_START_S, PA_SLOW_Y_M = 1.5, 140.0
+
+
+@scenario("performance_anomaly", "802.11g: a good station (5 m) downloads alone, then a far, slow "
+          "station (140 m, Minstrel at about 12 Mbit/s) starts its own TCP download: the slow "
+          "station's airtime drags the good one's goodput down to about its own (study 001)", 4.0)
 def performance_anomaly(seconds: float) -> Scenario:
-    def expect(truth: dict) -> tuple[bool, str]:
-        st = truth["mac"]["stations"]
-        good, slow = st["sta_good"], st["sta_slow"]
-        ok = (slow["downlink_mean_rate_mbps"] < good["downlink_mean_rate_mbps"] / 2
-              and slow["airtime_share"] > good["airtime_share"])
-        return ok, (f"mean downlink PHY rate good {good['downlink_mean_rate_mbps']:.1f} vs slow "
-                    f"{slow['downlink_mean_rate_mbps']:.1f} Mbit/s; airtime share good "
-                    f"{good['airtime_share']:.2f} vs slow {slow['airtime_share']:.2f}")
+    # The good station runs alone for a second first: the drop when the slow one starts is what an
+    # analyzer looks for (goodput well below the flow's own baseline).
+    slow_at = min(PA_SLOW_START_S, seconds / 2)
+    before = (TRAFFIC_START_S + 0.25, slow_at)   # after slow start, before the slow station
 
     def causes(ctx) -> list[dict]:
-        st = ctx.truth["mac"]["stations"]
-        out = [_cause(ctx, "performance_anomaly", TRAFFIC_START_S + 0.5, None,
-                      evidence="the slow station holds most of the airtime at a low PHY rate, so the "
-                               "good station's goodput falls to about the slow one's",
-                      numbers={n: {"airtime_share": st[n]["airtime_share"],
-                                   "downlink_mean_rate_mbps": st[n]["downlink_mean_rate_mbps"],
-                                   "goodput_mbps": ctx.goodput_mbps(f)}
-                               for n, f in (("sta_good", "tcp_good"), ("sta_slow", "tcp_slow"))})]
-        if st["sta_slow"]["retry_fraction"] > 0.1:
-            out.append(_cause(ctx, "mac_retries", TRAFFIC_START_S + 0.5, None, role="secondary",
+        share = ctx.airtime_between(slow_at, ctx.seconds)
+        retry = ctx.retry_fraction_between("sta_slow", slow_at, ctx.seconds)
+        nums = {"airtime_share": share,
+                "downlink_mean_rate_mbps": {n: ctx.rate_between(n, slow_at, ctx.seconds)
+                                            for n in ("sta_good", "sta_slow")},
+                "goodput_mbps_before": {"tcp_good": ctx.goodput_between("tcp_good", *before)},
+                "goodput_mbps_during": {f: ctx.goodput_between(f, slow_at, ctx.seconds)
+                                        for f in ("tcp_good", "tcp_slow")},
+                "slow_retry_fraction": retry}
+        out = [_cause(ctx, "performance_anomaly", slow_at, None,
+                      evidence="once the far station transmits, its frames at a low PHY rate take most "
+                               "of the airtime, so the good station's goodput falls to about the slow "
+                               "one's",
+                      numbers=nums)]
+        if retry > 0.1:
+            out.append(_cause(ctx, "mac_retries", slow_at, None, role="secondary",
                               flows=["tcp_slow"], stations=["sta_slow"],
                               evidence="the slow station's frames need retransmissions",
-                              numbers={"retry_fraction": st["sta_slow"]["retry_fraction"]}))
+                              numbers={"retry_fraction": retry}))
+        # While Minstrel still sends to the new station at its lowest rates, the good flow's packets
+        # wait behind those long frames in the shared AP queue, longer than its RTO: say so.
+        rtos = [t for t in ctx.rto_times() if t >= slow_at]
+        if rtos:
+            spur = [t for t in ctx.spurious_times() if t >= slow_at]
+            out.append(_cause(ctx, "spurious_rto", min(rtos), max(rtos + spur), role="secondary",
+                              evidence="packets queued behind the slow station's frames wait longer than "
+                                       "the RTO: timeouts of packets that were delivered",
+                              numbers={"rto_expirations": len(rtos), "spurious_retransmissions": len(spur)}))
         return out
+
+    def expect(truth: dict) -> tuple[bool, str]:
+        c = next((c for c in truth["causes"] if c["cause"] == "performance_anomaly"), None)
+        if c is None:
+            return False, "no performance_anomaly cause"
+        n = c["numbers"]
+        rate, share = n["downlink_mean_rate_mbps"], n["airtime_share"]
+        g0, g1 = n["goodput_mbps_before"]["tcp_good"], n["goodput_mbps_during"]["tcp_good"]
+        ok = (rate["sta_slow"] is not None and rate["sta_good"] is not None
+              and rate["sta_slow"] < rate["sta_good"] / 2
+              and share.get("sta_slow", 0) > share.get("sta_good", 0) and g1 < g0 / 2)
+        return ok, (f"with the slow station: mean downlink PHY rate good {rate['sta_good']} vs slow "
+                    f"{rate['sta_slow']} Mbit/s; airtime share good {share.get('sta_good', 0):.2f} vs slow "
+                    f"{share.get('sta_slow', 0):.2f}; good goodput {g0:.1f} -> {g1:.1f} Mbit/s (want < half)")
 
     return Scenario(
         # No fading: the far link is clean at its (low) rate, so both stations get about the same
         # number of frames through and the slow one's long frames take the airtime.
         name="performance_anomaly", summary="", seconds=seconds, fading_m=0.0,
-        stations=[Station("sta_good", 5.0, 0.0), Station("sta_slow", 0.0, 125.0)],
+        stations=[Station("sta_good", 5.0, 0.0), Station("sta_slow", 0.0, PA_SLOW_Y_M)],
         flows=[Flow("tcp_good", "tcp", "sta_good", 5001, TRAFFIC_START_S),
-               Flow("tcp_slow", "tcp", "sta_slow", 5002, TRAFFIC_START_S + 0.1)],
+               Flow("tcp_slow", "tcp", "sta_slow", 5002, slow_at)],
         expect=expect, causes=causes)
 
 
-@scenario("udp_overflow", "802.11g: good station TCP download + far station 5 Mbit/s UDP stream "
-          "beyond its airtime-limited capacity: the AP queue overflows (study 001)", 8.0)
+UO_UDP_START_S, UO_UDP_BPS = 1.5, 8_000_000
+
+
+@scenario("udp_overflow", "802.11g: a good station's TCP download runs alone, then an unresponsive "
+          "8 Mbit/s UDP stream to a far station (125 m) exceeds that station's airtime-limited "
+          "capacity: the shared AP queue overflows and the TCP flow starves (study 001)", 4.0)
 def udp_overflow(seconds: float) -> Scenario:
-    def expect(truth: dict) -> tuple[bool, str]:
-        s = _summary(truth)
-        return s["ap_queue_drops"] > 0, f"{s['ap_queue_drops']} AP queue drops (want > 0)"
+    udp_at = min(UO_UDP_START_S, seconds / 2)
+    before = (TRAFFIC_START_S + 0.25, udp_at)
 
     def causes(ctx) -> list[dict]:
         drops = ctx.packets_with_fate("dropped_at_ap_queue")
         if not drops:
             return []
         t0, t1 = min(drops), max(drops)
+        g0, g1 = ctx.goodput_between("tcp_good", *before), ctx.goodput_between("tcp_good", udp_at, ctx.seconds)
         return [
             _cause(ctx, "ap_queue_overflow", t0, t1,
                    evidence="downlink packets seen on the AP's wired side never reach the air: the "
                             "unresponsive UDP stream keeps the AP queue full",
-                   numbers={"dropped": len(drops), "queue_packets": ctx.scenario.queue_packets}),
-            _cause(ctx, "performance_anomaly", TRAFFIC_START_S, None, role="secondary",
-                   evidence="the far station's low PHY rate takes most of the airtime"),
+                   numbers={"dropped": len(drops), "queue_packets": ctx.scenario.queue_packets,
+                            "udp_offered_mbps": UO_UDP_BPS / 1e6,
+                            "udp_goodput_mbps": ctx.goodput_between("udp_far", udp_at, ctx.seconds),
+                            "tcp_goodput_mbps_before": g0, "tcp_goodput_mbps_during": g1}),
+            _cause(ctx, "performance_anomaly", udp_at, None, role="secondary",
+                   evidence="the far station's low PHY rate takes most of the airtime",
+                   numbers={"airtime_share": ctx.airtime_between(udp_at, ctx.seconds)}),
         ]
+
+    def expect(truth: dict) -> tuple[bool, str]:
+        s = _summary(truth)
+        c = next((c for c in truth["causes"] if c["cause"] == "ap_queue_overflow"), None)
+        g0 = c["numbers"]["tcp_goodput_mbps_before"] if c else 0.0
+        g1 = c["numbers"]["tcp_goodput_mbps_during"] if c else 0.0
+        ok = s["ap_queue_drops"] > 0 and g1 < g0 / 2
+        return ok, (f"{s['ap_queue_drops']} AP queue drops (want > 0); TCP goodput {g0:.1f} -> {g1:.1f} "
+                    "Mbit/s once the UDP stream starts (want < half)")
 
     return Scenario(
         name="udp_overflow", summary="", seconds=seconds, fading_m=3.0, queue_packets=100,
         stations=[Station("sta_good", 5.0, 0.0), Station("sta_far", 0.0, 125.0)],
         flows=[Flow("tcp_good", "tcp", "sta_good", 5001, TRAFFIC_START_S),
-               Flow("udp_far", "udp", "sta_far", 6001, TRAFFIC_START_S + 0.5, rate_bps=5_000_000,
-                    size=1400)],
+               Flow("udp_far", "udp", "sta_far", 6001, udp_at, rate_bps=UO_UDP_BPS, size=1400)],
         expect=expect, causes=causes)
 
 
 @scenario("fragmentation", "802.11g, one station, TCP download, FragmentationThreshold 256: every "
-          "data MPDU goes out in fragments (study 002)", 3.0)
+          "data MPDU goes out in fragments (study 002)", 2.25)
 def fragmentation(seconds: float) -> Scenario:
     def expect(truth: dict) -> tuple[bool, str]:
         n = truth["mac"]["fragments_sent"]
@@ -286,10 +362,12 @@ def rts_cts(seconds: float) -> Scenario:
 DEAF_AT_S, DEAF_FOR_S = 2.0, 0.9
 
 
-@scenario("delay_spike", "802.11g constant 54 Mbit/s, one station, TCP download; the station "
+@scenario("delay_spike", "802.11g constant 24 Mbit/s, one station, TCP download; the station "
           "decodes nothing for 0.9 s and the AP's MAC retries the head frame until it gets through "
-          "(a reliable MAC): no loss, but delay above the RTO: spurious timeouts (study 003)", 5.0)
+          "(a reliable MAC): no loss, but delay above the RTO: spurious timeouts (study 003)", 4.5)
 def delay_spike(seconds: float) -> Scenario:
+    # Steady traffic for about 1.3 s before the spike and 1.8 s after it (at the default length): an
+    # analyzer needs the flow's own level on both sides to see the drop.
     at = min(DEAF_AT_S, max(1.0, seconds / 2 - DEAF_FOR_S / 2))
 
     def expect(truth: dict) -> tuple[bool, str]:
@@ -317,8 +395,9 @@ def delay_spike(seconds: float) -> Scenario:
         return out
 
     return Scenario(
+        # 24 rather than 54 Mbit/s: the same spike at about 60 % of the packets (a smaller sample).
         name="delay_spike", summary="", seconds=seconds, rate_manager="constant",
-        data_mode="ErpOfdmRate54Mbps", control_mode="ErpOfdmRate24Mbps",
+        data_mode="ErpOfdmRate24Mbps", control_mode="ErpOfdmRate24Mbps",
         # A reliable MAC (study 003's ARLAN): retry until it gets through (65535 is ns-3's
         # maximum), and no disassociation for beacons missed while deaf (10 x 102.4 ms by default).
         frame_retry_limit=65535, max_missed_beacons=1000,
@@ -327,13 +406,17 @@ def delay_spike(seconds: float) -> Scenario:
         expect=expect, causes=causes)
 
 
-WALK_AT_S, WALK_FROM_M, WALK_SPEED = 1.0, 8.0, 5.0
+WALK_AT_S, WALK_FROM_M, WALK_SPEED = 1.5, 12.0, 10.0
 
 
-@scenario("walkaway", "802.11g Minstrel, indoor path loss (exponent 4): one station walks away from "
-          "the AP at 5 m/s during a TCP download until the rate falls and the association is lost "
-          "(study 004)", 13.0)
+@scenario("walkaway", "802.11g Minstrel, indoor path loss (exponent 4): one station downloads at "
+          "12 m for a second, then moves away from the AP at 10 m/s until the rate falls and the "
+          "association is lost (study 004)", 7.5)
 def walkaway(seconds: float) -> Scenario:
+    # A second at full rate first (the flow's own level), then the walk: the rate falls from about
+    # 3 s, the association is lost at about 6.5 s (past 55 m), and a second of silence follows.
+    walk_at = min(WALK_AT_S, seconds / 4)
+
     def expect(truth: dict) -> tuple[bool, str]:
         lost = [e for e in truth["events"] if e["kind"] == "association_lost"]
         st = truth["mac"]["stations"]["sta0"]
@@ -346,13 +429,23 @@ def walkaway(seconds: float) -> Scenario:
     def causes(ctx) -> list[dict]:
         lost = [e for e in ctx.truth["events"] if e["kind"] == "association_lost"]
         t_lost = ctx.sim_s(lost[0]["ts"]) if lost else None
-        drop = ctx.first_rate_drop("sta0")
+        ref = (TRAFFIC_START_S + 0.25, walk_at)
+        # the first half second after the walk starts whose median PHY rate is below 80 % of the
+        # rate while standing still
+        drop = ctx.rate_fall("sta0", walk_at, ref)
         out = []
-        if drop is not None:
+        if drop is not None and (t_lost is None or drop < t_lost):
+            end = t_lost if t_lost is not None else ctx.seconds
+            nums = {"rate_mbps_before": ctx.rate_between("sta0", *ref),
+                    "rate_mbps_during": ctx.rate_between("sta0", drop, end),
+                    "goodput_mbps_before": ctx.goodput_between("tcp0", *ref),
+                    "goodput_mbps_during": ctx.goodput_between("tcp0", drop, end)}
             out.append(_cause(ctx, "rate_change", drop, t_lost,
-                              evidence="Minstrel lowers the PHY rate as the path loss grows"))
+                              evidence="Minstrel lowers the PHY rate as the path loss grows", numbers=nums))
             out.append(_cause(ctx, "mac_retries", drop, t_lost, role="secondary",
-                              evidence="frames to the walking station need more attempts"))
+                              evidence="frames to the walking station need more attempts",
+                              numbers={"retry_fraction_before": ctx.retry_fraction_between("sta0", *ref),
+                                       "retry_fraction_during": ctx.retry_fraction_between("sta0", drop, end)}))
         if t_lost is not None:
             out.append(_cause(ctx, "handoff", t_lost, None,
                               evidence="the station stops hearing beacons and drops the association"))
@@ -360,6 +453,6 @@ def walkaway(seconds: float) -> Scenario:
 
     return Scenario(
         name="walkaway", summary="", seconds=seconds, fading_m=3.0, path_loss_exponent=4.0,
-        stations=[Station("sta0", WALK_FROM_M, 0.0, walk_at_s=WALK_AT_S, speed_mps=WALK_SPEED)],
+        stations=[Station("sta0", WALK_FROM_M, 0.0, walk_at_s=walk_at, speed_mps=WALK_SPEED)],
         flows=[Flow("tcp0", "tcp", "sta0", 5001, TRAFFIC_START_S)],
         expect=expect, causes=causes)

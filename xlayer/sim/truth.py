@@ -22,7 +22,8 @@ truth.json (``xlayer_sim_truth: 1``)::
 
     scenario, summary_text, seed, seconds
     parameters      the scenario's physical setup (xlayer.sim.scenarios.Scenario, as run)
-    topology        nodes (ip, mac, ns-3 node ids), standard, channel, AP queue, client capture station
+    topology        nodes (ip, mac, ns-3 node ids), standard, channel, AP queue, client capture station,
+                    ssid (the BSS's SSID in beacons and probe responses)
     reference       the reference clock (the server's) and the epoch base
     convention      "reference_time = t - offset_s - skew_ppm*1e-6*(t - anchor_ts)"
     clocks          per capture file: clock, offset_s, skew_ppm, anchor_ts, jitter_us, jitter_max_us,
@@ -207,6 +208,55 @@ class Context:
             return []
         df = self.tcp_retx.filter(pl.col("spurious"))
         return [(t - BASE) / 1e9 for t in df.get_column("t_ns").to_list()]
+
+    def _between(self, df: pl.DataFrame, col: str, a: float, b: float) -> pl.DataFrame:
+        return df.filter(pl.col(col).is_between(BASE + round(a * 1e9), BASE + round(b * 1e9), closed="left"))
+
+    def goodput_between(self, flow: str, a: float, b: float) -> float:
+        """Return the flow's goodput (Mbit/s) in [a, b) simulation seconds: payload first delivered then."""
+        if b <= a:
+            return 0.0
+        df = self._between(self.packets, "t_fate_ns", a, b).filter(
+            (pl.col("flow") == flow) & (pl.col("fate") == "delivered") & ~pl.col("spurious_retransmission"))
+        return round(int(df.get_column("payload").sum() or 0) * 8 / (b - a) / 1e6, 4)
+
+    def airtime_between(self, a: float, b: float) -> dict[str, float]:
+        """Return each station's share of the AP's downlink data airtime in [a, b) (an A-MPDU counts once)."""
+        df = self._between(self.attempts, "t_tx_ns", a, b).unique(["t_tx_ns", "station"]).group_by("station").agg(
+            pl.col("dur_ns").sum())
+        total = int(df.get_column("dur_ns").sum() or 0)
+        return {r["station"]: round(r["dur_ns"] / total, 4) for r in df.iter_rows(named=True)} if total else {}
+
+    def rate_between(self, station: str, a: float, b: float) -> float | None:
+        """Return the mean PHY rate (Mbit/s) of the AP's transmissions to `station` in [a, b)."""
+        df = self._between(self.attempts, "t_tx_ns", a, b).filter(pl.col("station") == station)
+        return round(float(df.get_column("rate_mbps").mean()), 3) if df.height else None
+
+    def retry_fraction_between(self, station: str, a: float, b: float) -> float:
+        """Return the fraction of the AP's transmissions to `station` in [a, b) with the Retry bit."""
+        df = self._between(self.attempts, "t_tx_ns", a, b).filter(pl.col("station") == station)
+        return round(float(df.get_column("retry").mean()), 4) if df.height else 0.0
+
+    def drops_between(self, a: float, b: float, fate: str = "dropped_at_ap_queue") -> int:
+        """Return how many downlink packets reaching the AP's wired side in [a, b) had `fate`."""
+        return self._between(self.packets, "t_ap_wired_ns", a, b).filter(pl.col("fate") == fate).height
+
+    def rate_fall(self, station: str, since: float, ref: tuple[float, float], step: float = 0.5,
+                  frac: float = 0.8) -> float | None:
+        """Return the start (simulation s) of the first `step`-long bin from `since` on whose median
+        downlink PHY rate to `station` is below `frac` of its median in window `ref`, or None."""
+        d = self.attempts.filter(pl.col("station") == station)
+        base = self._between(d, "t_tx_ns", *ref).get_column("rate_mbps")
+        if base.len() == 0:
+            return None
+        limit = float(base.median()) * frac
+        t = since
+        while t < self.seconds:
+            r = self._between(d, "t_tx_ns", t, t + step).get_column("rate_mbps")
+            if r.len() and float(r.median()) < limit:
+                return round(t, 6)
+            t += step
+        return None
 
     def first_rate_drop(self, station: str) -> float | None:
         """Return when the station's downlink PHY rate first fell below its early median."""
@@ -522,6 +572,7 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
             "path": "server --CSMA 1 Gbit/s-- AP (routes) ~~802.11~~ stations; sniffer 1.5 m from the AP",
             "ap_queue": f"the AP's WifiMacQueue ({sc.queue_packets} packets; flow control off, no qdisc above it)",
             "client_capture_station": client_station,
+            "ssid": sc.ssid,
         },
         "reference": {"clock": "server", "epoch_base_s": _clocks.EPOCH_BASE_S,
                       "note": "reference time = epoch_base_s + simulation time; every *_ts in this file "
@@ -630,6 +681,9 @@ def write_bundle(sc: Scenario, seed: int, truth: dict, out: Path, summaries: dic
     from .run import FILES  # noqa: PLC0415
 
     chan = 1 if sc.standard == "g" else 36
+    # Headers only: the payload bytes say nothing an analyzer uses, and they would be most of the file.
+    cut = (f"snaplen {sc.snaplen_wired} (Ethernet, IPv4 and TCP headers with options; payload cut, "
+           "wire length kept)")
     note_clock = ("simulated capture clock with its own offset, skew and timestamp jitter "
                   "(xlayer sim); the truth is in truth.json, not here")
 
@@ -649,27 +703,32 @@ def write_bundle(sc: Scenario, seed: int, truth: dict, out: Path, summaries: dic
             entry("sniffer", "air", "sniffer",
                   "passive monitor 1.5 m from the AP (radiotap, DLT 127): misses what it cannot decode; "
                   "pcap timestamps at the end of reception; radiotap TSFT is the NIC's own TSF counter "
-                  f"(first bit); snaplen {sc.snaplen_air}", channel=chan, iface="sim-mon0"),
+                  f"(first bit); snaplen {sc.snaplen_air} (radiotap and 802.11 to TCP headers; "
+                  "payload and FCS cut, wire length kept)", channel=chan, iface="sim-mon0",
+                  extra={"snaplen": sc.snaplen_air}),
             entry("ap_wired", "wired", "ap",
                   "the AP's wired (uplink) port: a downlink packet seen here and never on the air was "
-                  "dropped in the AP's queue; the time between the two is its queueing delay",
-                  iface="sim-ap-eth0"),
-            entry("server", "wired", "server", "the server's own interface", iface="sim-srv-eth0"),
+                  "dropped in the AP's queue; the time between the two is its queueing delay; "
+                  + cut, iface="sim-ap-eth0", extra={"snaplen": sc.snaplen_wired}),
+            entry("server", "wired", "server", "the server's own interface; " + cut, iface="sim-srv-eth0",
+                  extra={"snaplen": sc.snaplen_wired}),
             entry("client", "wired", "client",
                   f"station {sc.stations[0].name}'s own view: Ethernet II frames (DLT 1) as a Linux "
                   "managed-mode Wi-Fi interface delivers them (received: when its MAC hands them up; "
-                  "sent: when handed to the driver)", iface="sim-sta-wlan0"),
+                  "sent: when handed to the driver); " + cut, iface="sim-sta-wlan0",
+                  extra={"snaplen": sc.snaplen_wired}),
             entry("tcp", "tcp_state", "server", "the server's TCP sockets sampled every 50 ms from ns-3's "
                   "socket state (tcp_info field names and units)", interval_s=sc.sample_interval_s),
         ],
         tags={"sim": sc.name, "access": "802.11g" if sc.standard == "g" else "802.11n",
               "transport": "+".join(sorted({f.proto for f in sc.flows})), "seed": str(seed),
-              "seconds": f"{sc.seconds:g}", "simulator": "ns-3 3.44"},
+              "seconds": f"{sc.seconds:g}", "simulator": "ns-3 3.44", "ssid": sc.ssid},
         created=utc_now(), host="ns-3 simulation",
         clocks={name: {"source": "simulated", "note": note_clock}
                 for name in ("server", "ap", "sniffer", "client")},
         extra={"sim": {"scenario": sc.name, "summary": sc.summary, "seed": seed, "truth": "truth.json",
-                       "topology": truth["topology"]["path"]}},
+                       "topology": truth["topology"]["path"], "ssid": sc.ssid,
+                       "snaplen": {"air": sc.snaplen_air, "wired": sc.snaplen_wired}}},
     )
     b.clocks["server"]["note"] = "the reference clock of this bundle (" + note_clock + ")"
     write_manifest(out, b)

@@ -20,7 +20,6 @@ from pathlib import Path
 CLOCK_IDS = {"server": 0, "ap": 1, "sniffer": 2, "client": 3, "sniffer_tsf": 4}
 
 WIRED_NET, WIFI_NET = "10.10.1.0", "10.10.2.0"
-SSID = "xlayer-sim"
 NO_NS3 = 3   # the child's exit status when ns-3 cannot be imported
 
 
@@ -120,7 +119,8 @@ def simulate(job: dict) -> dict:
         wifi.ConfigHtOptions("ShortGuardIntervalSupported", ns.BooleanValue(True))
     # No traffic-control queue above the Wi-Fi device: the AP's WifiMacQueue is the AP queue.
     wifi.DisableFlowControl()
-    ssid = ns.Ssid(SSID)
+    # The SSID goes into beacons and probe responses as raw bytes (ns-3 keeps at most 32).
+    ssid = ns.Ssid(sc["ssid"])
     mac = ns.WifiMacHelper()
     mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ssid), "ActiveProbing", ns.BooleanValue(False))
     sta_devs = wifi.Install(phy, mac, stas)

@@ -1,0 +1,147 @@
+"""Drop detection: the windows where a flow's goodput fell well below its own steady state.
+
+Per flow, one goodput series is used: the one from the capture furthest downstream (the capture
+whose first packet of the flow is latest, among those with at least a tenth of the packets of the
+best one: a queue that drops most of a flow still leaves the rest to count), because a drop made by
+a queue or the air shows only after it.  Only data flows count (payload at least `min_rate_bps` on
+average over at least `min_seconds`).
+
+The series is smoothed over `smooth_bins` bins; the flow's steady state (its baseline) is the
+`baseline_quantile` of the smoothed series inside the analysis window, leaving out the first
+`warmup_s` of the flow (slow start) and its last bin.  A drop is a run of smoothed bins below
+`threshold` x baseline lasting at least `min_duration_s`; runs closer than `merge_gap_s` are one.
+Windows of different flows that overlap (or nearly: `merge_gap_s`) are merged into one incident
+window, as study 001 read its plots: flows that drop together share a cause.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class DropConfig:
+    """Thresholds of drop detection (see the module docstring)."""
+
+    threshold: float = 0.5
+    min_duration_s: float = 0.3
+    smooth_bins: int = 3
+    baseline_quantile: float = 0.9
+    warmup_s: float = 0.5
+    merge_gap_s: float = 0.3
+    min_rate_bps: float = 100_000.0
+    min_seconds: float = 1.0
+    window: tuple[float, float] | None = None     # analysis window, seconds since the bundle's first packet
+
+
+def data_flows(flows: pl.DataFrame, cfg: DropConfig) -> pl.DataFrame:
+    """Return one row per data flow: the flow and the capture (vantage, file) its series is read from."""
+    if flows.height == 0:
+        return flows.select("flow", "vantage", "capture_file")
+    f = flows.with_columns(((pl.col("last_ts_ns") - pl.col("first_ts_ns")) / NS).alias("_dur"))
+    f = f.filter((pl.col("payload_bytes") > 0) & (pl.col("_dur") >= cfg.min_seconds))
+    f = f.filter(pl.col("payload_bytes") * 8 / pl.col("_dur") >= cfg.min_rate_bps)
+    f = f.with_columns(pl.col("packets").max().over("flow").alias("_best"))
+    f = f.filter(pl.col("packets") >= pl.col("_best") * 0.1)
+    return (f.sort(["flow", "first_ts_ns", "capture_file"], descending=[False, True, False])
+            .group_by("flow", maintain_order=True).first().select("flow", "vantage", "capture_file"))
+
+
+def _until_conversation_ends(s: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
+    """Return the series with zero bins added after a flow's last packet while its conversation went on.
+
+    A flow starved to nothing (every packet dropped, the sender backing off its timer) ends its own
+    series early, but its sender is still trying: until the last packet of the conversation at any
+    capture, its goodput is zero, not unknown.
+    """
+    if s.height == 0 or flows.height == 0:
+        return s
+    ends = flows.group_by("conn").agg(pl.col("last_ts_ns").max().alias("_end"))
+    per = (s.group_by("flow", "vantage", "capture_file").agg(pl.col("bin_start_ns").max().alias("_last"),
+                                                             pl.col("bin_ns").first())
+           .join(flows.select("flow", "conn").unique("flow"), on="flow").join(ends, on="conn"))
+    extra = []
+    for r in per.iter_rows(named=True):
+        first = r["_last"] + r["bin_ns"]
+        if r["_end"] >= first + r["bin_ns"]:
+            t = np.arange(first, r["_end"], r["bin_ns"], dtype=np.int64)
+            extra.append(pl.DataFrame({"flow": r["flow"], "vantage": r["vantage"], "capture_file": r["capture_file"],
+                                       "bin_start_ns": t, "bin_ns": r["bin_ns"]}))
+    if not extra:
+        return s
+    add = pl.concat(extra).with_columns(pl.lit(0.0).alias("goodput_bps"))
+    return pl.concat([s, add], how="diagonal_relaxed").with_columns(pl.col("goodput_bps").fill_null(0.0))
+
+
+def flow_goodput(series: pl.DataFrame, chosen: pl.DataFrame, cfg: DropConfig,
+                 flows: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Return the chosen series per flow with `smooth_bps` (rolling mean) added, sorted by flow and time."""
+    s = series.join(chosen, on=["flow", "vantage", "capture_file"], how="inner")
+    if flows is not None:
+        s = _until_conversation_ends(s, flows)
+    s = s.sort("flow", "bin_start_ns")
+    return s.with_columns(pl.col("goodput_bps").rolling_mean(cfg.smooth_bins, min_samples=1, center=True)
+                          .over("flow").alias("smooth_bps"))
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """Return [start, end) index pairs of the True runs of a boolean array."""
+    if mask.size == 0:
+        return []
+    d = np.diff(np.concatenate(([0], mask.astype(np.int8), [0])))
+    return list(zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist()))
+
+
+def find_drops(g: pl.DataFrame, cfg: DropConfig, span: tuple[int, int] | None = None) -> pl.DataFrame:
+    """Return one row per drop of one flow: flow, start_ns, end_ns, baseline_bps, mean_bps (in the window)."""
+    rows = []
+    for (flow,), part in g.group_by("flow", maintain_order=True):
+        t = part["bin_start_ns"].to_numpy()
+        y = part["smooth_bps"].to_numpy()
+        raw = part["goodput_bps"].to_numpy()
+        if t.size < 3:
+            continue
+        bin_ns = int(part["bin_ns"][0])
+        inside = t >= t[0] + int(cfg.warmup_s * NS)
+        inside[-1] = False
+        if span is not None:
+            inside &= (t >= span[0]) & (t + bin_ns <= span[1])
+        if inside.sum() < 3:
+            continue
+        base = float(np.quantile(y[inside], cfg.baseline_quantile))
+        if base <= 0:
+            continue
+        low = (y < cfg.threshold * base) & inside
+        # Close short gaps between low runs: one drop, not several.
+        gap = max(1, int(round(cfg.merge_gap_s * NS / bin_ns)))
+        runs = _runs(low)
+        merged: list[list[int]] = []
+        for a, b in runs:
+            if merged and a - merged[-1][1] <= gap:
+                merged[-1][1] = b
+            else:
+                merged.append([a, b])
+        for a, b in merged:
+            if (b - a) * bin_ns < cfg.min_duration_s * NS:
+                continue
+            rows.append({"flow": flow, "start_ns": int(t[a]), "end_ns": int(t[b - 1]) + bin_ns,
+                         "baseline_bps": base, "mean_bps": float(raw[a:b].mean())})
+    schema = {"flow": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64, "baseline_bps": pl.Float64,
+              "mean_bps": pl.Float64}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def merge_windows(drops: pl.DataFrame, gap_ns: int) -> list[tuple[int, int, pl.DataFrame]]:
+    """Return merged windows (start_ns, end_ns, the drops inside) of drops that overlap across flows."""
+    out: list[tuple[int, int, list[int]]] = []
+    d = drops.sort("start_ns")
+    for i, (s, e) in enumerate(zip(d["start_ns"].to_list(), d["end_ns"].to_list())):
+        if out and s <= out[-1][1] + gap_ns:
+            out[-1] = (out[-1][0], max(out[-1][1], e), out[-1][2] + [i])
+        else:
+            out.append((s, e, [i]))
+    return [(s, e, d[idx]) for s, e, idx in out]
