@@ -277,3 +277,35 @@ def test_cli_writes_the_report(bundle, tmp_path, capsys):
     assert "9 panels" in said and str(out) in said
     html = out.read_text()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and SSID_SCRIPT not in html
+
+
+def test_shipped_hostile_ssid_sample(browser, tmp_path):
+    """samples/sim-baseline's network is named `<script>alert(1)</script>`: its page shows it, runs nothing."""
+    from selenium.common.exceptions import NoAlertPresentException, UnexpectedAlertPresentException
+
+    from xlayer.analyze import analyze
+    from xlayer.report import build_report
+    from xlayer.timeline import open_timeline
+
+    sample = Path(__file__).resolve().parents[1] / "samples" / "sim-baseline"
+    if not (sample / "bundle.json").is_file():
+        pytest.skip("samples/sim-baseline is not in this checkout")
+    tl = open_timeline(sample)
+    rep = build_report(tl, analyze(tl), tmp_path / "baseline.html")
+    try:
+        browser.get(rep.path.resolve().as_uri())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not browser.execute_script(
+                "return !!(window.Bokeh && Bokeh.documents.length && Bokeh.documents[0].is_idle)"):
+            time.sleep(0.1)
+    except UnexpectedAlertPresentException as exc:
+        pytest.fail(f"an alert fired: the SSID ran as script ({exc.alert_text})")
+    assert "<script>alert(1)</script>" in browser.execute_script("return document.body.textContent")
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert.text  # noqa: B018 - raises when no alert fired
+    figs = browser.execute_script(INSPECT)
+    assert figs and all(f["rows"] and min(f["rows"]) > 0 for f in figs), figs
+    if os.environ.get("XLAYER_REPORT_SCREENSHOT"):
+        browser.set_window_size(1400, browser.execute_script("return document.documentElement.scrollHeight") + 50)
+        time.sleep(0.5)
+        browser.save_screenshot(os.environ["XLAYER_REPORT_SCREENSHOT"].replace(".png", "-baseline.png"))
