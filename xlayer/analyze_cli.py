@@ -3,20 +3,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from datetime import datetime, timezone
 from typing import Any
 
 from .bundle import BundleError
+from .signals import Stop, stop_on_sigterm
 
 
-class _Stop(Exception):
-    """Raised from the SIGTERM handler: stop as on SIGINT."""
-
-
-def _on_term(signum, frame):  # noqa: ARG001 - signal handler signature
-    raise _Stop()
 
 
 def _clock(s: float | None) -> str:
@@ -69,7 +63,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from .bundle_cli import safe_text
     from .drops import DropConfig
 
-    signal.signal(signal.SIGTERM, _on_term)
+    stop_on_sigterm()
     cfg = DropConfig(threshold=args.threshold, min_duration_s=args.min_duration,
                      window=tuple(args.window) if args.window else None)
     try:
@@ -82,7 +76,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     except BundleError as exc:
         print(f"xlayer: {safe_text(exc)}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, _Stop):
+    except (KeyboardInterrupt, Stop):
         return 130
     if args.json:
         json.dump(an.as_json(), sys.stdout, indent=2, allow_nan=False, default=str)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 from collections.abc import Sequence
 
@@ -13,14 +12,9 @@ from parsers.records import CaptureError
 from parsers.registry import linktype_name
 
 from . import ingest as ingest_mod
+from .signals import Stop, stop_on_sigterm
 
 
-class _Stop(Exception):
-    """Raised from a SIGTERM handler so that writers close cleanly, as on SIGINT."""
-
-
-def _on_term(signum, frame):  # noqa: ARG001 - signal handler signature
-    raise _Stop()
 
 
 def _text(s: object) -> str:
@@ -66,7 +60,7 @@ def _rows_in(parquet: str) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     """Write a capture as Parquet and print the counts; return the exit code."""
-    signal.signal(signal.SIGTERM, _on_term)
+    stop_on_sigterm()
     st = IngestStats()
     try:
         written = ingest_mod.ingest_to_parquet(args.file, args.output, decoder=args.decoder, stats=st,
@@ -74,7 +68,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     except CaptureError as exc:
         print(f"xlayer: {_text(exc)}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, _Stop):
+    except (KeyboardInterrupt, Stop):
         print(f"xlayer: interrupted; {args.output} holds the {_rows_in(args.output)} records written so far",
               file=sys.stderr)
         _print_counts(st, sys.stderr)

@@ -2,19 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from typing import Any
 
 from .bundle import BundleError
+from .signals import Stop, stop_on_sigterm
 
 
-class _Stop(Exception):
-    """Raised from the SIGTERM handler so the writer stops as on SIGINT, leaving whole files."""
-
-
-def _on_term(signum, frame):  # noqa: ARG001 - signal handler signature
-    raise _Stop()
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
@@ -34,7 +28,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     if not args.bundle or not args.output:
         print("xlayer: metrics: BUNDLE and -o/--output DIR are required", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _on_term)
+    stop_on_sigterm()
     names = args.tables.split(",") if args.tables else None
     try:
         with tqdm(total=None, desc="metrics", disable=args.quiet or None, leave=False) as bar:
@@ -48,7 +42,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     except (BundleError, KeyError) as exc:
         print(f"xlayer: {safe_text(exc.args[0] if isinstance(exc, KeyError) else exc)}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, _Stop):
+    except (KeyboardInterrupt, Stop):
         print(f"xlayer: interrupted; {args.output}/metrics.json lists the tables written so far", file=sys.stderr)
         return 130
     except OSError as exc:

@@ -2,19 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from typing import Any
 
 from .bundle import BundleError
+from .signals import Stop, stop_on_sigterm
 
 
-class _Stop(Exception):
-    """Raised from the SIGTERM handler so the command stops as on SIGINT (the page is written whole or not at all)."""
-
-
-def _on_term(signum, frame):  # noqa: ARG001 - signal handler signature
-    raise _Stop()
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -26,7 +20,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .report import build_report
     from .timeline import open_timeline
 
-    signal.signal(signal.SIGTERM, _on_term)
+    stop_on_sigterm()
     try:
         with tqdm(total=None, desc="report", unit=" steps", disable=args.quiet or None, leave=False) as bar:
             def step(what: str) -> None:
@@ -43,7 +37,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except BundleError as exc:
         print(f"xlayer: {safe_text(exc)}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, _Stop):
+    except (KeyboardInterrupt, Stop):
         print("xlayer: interrupted; no report written", file=sys.stderr)
         return 130
     except OSError as exc:
