@@ -53,7 +53,7 @@ def run_xlayer_all(path: str, limit: int | None) -> int:
 
 
 def run_xlayer_1t(path: str, limit: int | None) -> int:
-    """The COLUMNS read on one thread (no helper process); return rows."""
+    """The COLUMNS read on one thread (no walk thread or helper process); return rows."""
     from parsers import read_capture
 
     return read_capture(path, threads=1, columns=COLUMNS).height

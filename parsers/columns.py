@@ -165,6 +165,7 @@ class ColumnBuilder:
         # FCS checks already made for this chunk's records (by the walk helper): per row the first
         # and end byte checked (first -1: none) and the verdict. Layers use them only on exact match.
         self.fcs_verdicts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.ahead: dict | None = None      # the chunk's bytes gathered ahead (RecordChunk.ahead)
         self._rows_seen: object = None                  # the last row-index array written through,
         self._rows_at: tuple = (None, None)             # and its (index or slice, mask or None)
 
@@ -395,7 +396,7 @@ class ColumnBuilder:
         if name in self._obj or dtype == SACK_DTYPE:
             d = self._obj.get(name)
             if not d:
-                return _null_texts(n) if dtype == pl.Utf8 else pa.nulls(n, _arrow_type(dtype))
+                return _null_texts(n) if dtype == pl.Utf8 else _nulls(n, _arrow_type(dtype))
             # Sparse: build the few values, then spread them with a null-masked gather.
             rows = np.fromiter(d.keys(), np.int64, len(d))
             values = pa.array(list(d.values()), type=_arrow_type(dtype))
@@ -406,10 +407,10 @@ class ColumnBuilder:
             return pc.take(values, pa.array(idx, mask=~present))
         got = self.get(name)
         if got is None:
-            return _null_texts(n) if dtype == pl.Utf8 else pa.nulls(n, _arrow_type(dtype))
+            return _null_texts(n) if dtype == pl.Utf8 else _nulls(n, _arrow_type(dtype))
         v, m = got
         if not m.any():
-            return pa.nulls(n, _arrow_type(dtype))
+            return _nulls(n, _arrow_type(dtype))
         return _from_numpy(v, m, _arrow_type(dtype))
 
     def _text_column(self, name: str) -> pa.Array:
@@ -505,7 +506,25 @@ def _views_at(table: np.ndarray, data: pa.Buffer, codes: np.ndarray, valid: np.n
 
 def _null_texts(n: int) -> pa.Array:
     """Return an all-null string column (as string views: polars adopts those ~40x faster)."""
-    return pa.nulls(n, pa.string_view() if _VIEWS else pa.string())
+    return _nulls(n, pa.string_view() if _VIEWS else pa.string())
+
+
+_NULLS: dict = {}
+
+
+def _nulls(n: int, atype: pa.DataType) -> pa.Array:
+    """Return an all-null column of n rows: a slice of one kept per type (Arrow arrays are immutable),
+    since a fresh one costs a zeroed allocation per column and chunk, most of a capture's columns
+    being null in most chunks."""
+    if n > _NULLS_KEPT:
+        return pa.nulls(n, atype)
+    have = _NULLS.get(atype)
+    if have is None or len(have) < n:
+        have = _NULLS[atype] = pa.nulls(max(n, 1 << 16), atype)
+    return have.slice(0, n)
+
+
+_NULLS_KEPT = 1 << 20     # rows: at most 16 MB kept per type
 
 
 def _texts_at(texts: list, codes: np.ndarray, valid: np.ndarray) -> pa.Array:

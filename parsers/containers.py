@@ -6,8 +6,9 @@
 
 The file is never read whole: `chunk.data` is a uint8 view of the mapping, and the pages of chunks
 already handed out are released (MADV_DONTNEED) when the next chunk is asked for, so memory stays flat
-on files larger than RAM. Record headers are walked by one tight Python loop (see pcap.py, pcapng.py);
-everything else is numpy. gzip-compressed captures are decompressed to an unlinked temporary file.
+on files larger than RAM. Record headers are walked by one tight loop (C in parsers/_walk.c, or Python
+in pcap.py and pcapng.py when that is not built); everything else is numpy. gzip-compressed captures
+are decompressed to an unlinked temporary file.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import numpy as np
 from .columns import ColumnBuilder
 from .dot11_frame import FRAGMENT_ROOM, frame_dot11
 from .dot11_mgmt import decode_mgmt_body, lost, put_hex
-from .gather import Window, u8, ule
+from .gather import Window, gathered_ahead, u8, ule
 from .span import Span
 
 __all__ = ["decode_dot11", "frame_dot11", "LINK_DECODERS", "LINK_FRAME_DECODERS"]
@@ -116,7 +116,8 @@ def decode_dot11(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     out.malformed(rows[bad], R_HEADER)
     k = _pick(~miss)
     rows, s, e, cl, cut = rows[k], s[k], e[k], cl[k], cut[k]
-    h = Window(buf, s, WINDOW)      # one gather: every header field below is read from this copy
+    # one gather (made ahead by the walk thread, mostly): every header field below is read from it
+    h = Window(buf, s, WINDOW, gathered_ahead(out.ahead, "dot11", rows, s, WINDOW))
     fc0, fl = h.u8(0).astype(np.int64), h.u8(1).astype(np.int64)
     v0 = (fc0 & 3) == 0
     out.malformed(rows[~v0], R_VERSION)

@@ -63,6 +63,7 @@ def decode_chunk(chunk: RecordChunk, columns: Sequence[str] | Projection | None 
     out = ColumnBuilder(n, proj)
     if chunk.fcs_first is not None and proj.decodes("fcs"):
         out.fcs_verdicts = (chunk.fcs_first, chunk.offset + chunk.caplen, chunk.fcs_ok)
+    out.ahead = chunk.ahead
     buf = chunk.data
     start = chunk.offset.astype(np.int64)
     end = start + chunk.caplen

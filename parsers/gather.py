@@ -200,3 +200,17 @@ def _narrow(vals: np.ndarray, size: int, width: int, order: str) -> np.ndarray:
     else:
         vals &= np.uint64((1 << (8 * size)) - 1)
     return vals
+
+
+def gathered_ahead(ahead: dict | None, name: str, rows: np.ndarray, pos: np.ndarray,
+                   width: int) -> np.ndarray | None:
+    """Return rows_bytes(buf, pos, width) for these chunk rows if it was gathered ahead under `name`
+    at the same positions (see RecordChunk.ahead), else None."""
+    got = ahead.get(name) if ahead else None
+    if got is None or got[1].shape[1] != width or not len(rows):
+        return None
+    at, m = got
+    whole = len(rows) == len(at) and rows[0] == 0 and rows[-1] == len(at) - 1
+    if not np.array_equal(at if whole else at[rows], pos):
+        return None
+    return m if whole else m[rows]

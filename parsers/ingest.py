@@ -11,9 +11,13 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import polars as pl
 
+from . import accel
 from .columns import Projection, to_polars
 from .containers import CaptureFile, open_capture
+from .dot11 import WINDOW as DOT11_WINDOW
+from .fcs import radiotap_fcs
 from .fast import decode_chunk
+from .radiotap import gather_ahead
 from .records import RecordChunk
 from .reference import decode_record
 from .schema import SCHEMA
@@ -134,19 +138,20 @@ def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int, proj: Pr
             yield pending.popleft().result()
 
 
-# Radiotap captures at least this large have their records walked and FCSs checked by a helper
-# process (a CRC-32 per frame is the largest GIL-bound cost there; other captures gain little); the
-# first HERE_BYTES of records are decoded here as usual meanwhile (the helper takes ~0.15 s to start).
+# Without the compiled walk (parsers/accel.py), radiotap captures at least this large have their
+# records walked and FCSs checked by a helper process (in Python, a CRC-32 per frame is the largest
+# GIL-bound cost there; other captures gain little); the first HERE_BYTES of records are decoded here
+# meanwhile (the helper takes ~0.15 s to start). The compiled loops cost a tenth and release the GIL,
+# which leaves a helper nothing to take over.
 HELPER_MIN_BYTES = 160 << 20
 HERE_BYTES = 96 << 20
 RADIOTAP = 127
 
 
 def _use_helper(cap: CaptureFile, decoder: str, threads: int, walk_helper: bool) -> bool:
-    return (walk_helper and threads > 1 and decoder == "fast" and cap.size >= HELPER_MIN_BYTES
-            and not cap.gzipped and os.name == "posix"
-            and bool(cap.interfaces) and cap.interfaces[0].linktype == RADIOTAP
-            and not _cpus_taken())
+    return (walk_helper and not accel.AVAILABLE and threads > 1 and decoder == "fast"
+            and cap.size >= HELPER_MIN_BYTES and not cap.gzipped and os.name == "posix"
+            and bool(cap.interfaces) and cap.interfaces[0].linktype == RADIOTAP)
 
 
 # The helper pays only with a core to itself: on a machine whose CPUs other work keeps busy, each
@@ -179,6 +184,67 @@ def _cpus_taken() -> bool:
         except (OSError, IndexError, ValueError):
             return False
     return min(others) >= max((os.cpu_count() or 1) - 1, 1)
+
+
+# With the compiled loops, a capture at least this large is walked and FCS-checked by a thread one
+# chunk ahead of the decoding: that work is C with the GIL released, so the two overlap with few
+# hand-offs of the GIL. (Two threads each decoding whole chunks hand the GIL to each other at every
+# numpy call, thousands of times per chunk; on two cores that was no faster than one thread.)
+PREP_MIN_BYTES = 48 << 20
+PREP_AHEAD = 2          # chunks walked ahead of the one being decoded
+
+
+class _Prepared:
+    """A thread that walks a capture's chunks and makes their FCS checks, PREP_AHEAD ahead."""
+
+    def __init__(self, chunks: Iterator[RecordChunk], fcs: bool, ahead: bool):
+        import queue
+        import threading
+
+        self._queue: queue.Queue = queue.Queue(maxsize=PREP_AHEAD)
+        self._stop = threading.Event()
+        self._chunks, self._fcs, self._ahead = chunks, fcs, ahead
+        self._thread = threading.Thread(target=self._run, name="xlayer-walk", daemon=True)
+        self._thread.start()
+
+    def _put(self, item) -> bool:
+        import queue
+
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            for chunk in self._chunks:
+                if self._fcs:
+                    chunk.fcs_first, chunk.fcs_ok = radiotap_fcs(chunk.data, chunk.offset, chunk.caplen,
+                                                                 chunk.wirelen, chunk.linktype)
+                if self._ahead:     # the first gathers of the decoders, off the decoding thread
+                    chunk.ahead = gather_ahead(chunk.data, chunk.offset, chunk.linktype, DOT11_WINDOW)
+                if not self._put(("chunk", chunk)):
+                    return
+            self._put(("end", None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread, raised there
+            self._put(("error", exc))
+
+    def __iter__(self) -> Iterator[RecordChunk]:
+        try:
+            while True:
+                kind, item = self._queue.get()
+                if kind == "end":
+                    return
+                if kind == "error":
+                    raise item
+                yield item
+        finally:
+            self._stop.set()
+            self._thread.join()
+            self._chunks.close()
 
 
 def _helped_chunks(cap: CaptureFile, path: str, keep: int, fcs: bool = True) -> Iterator[RecordChunk]:
@@ -252,9 +318,10 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
     without an option column...; see columns.Projection). A projected read's `malformed` (and the
     malformed counts in stats) holds only what the decoded layers find: a reason a skipped layer
     would have given is absent. `threads` chunks are decoded at once (default: the number of CPUs,
-    at most 4); with `threads` > 1 and walk_helper, a large file's records are instead walked (and
-    its FCSs checked) by a helper process (walkproc) while this one decodes `threads` - 1 chunks at
-    once. Neither is done for a large file while other work keeps the CPUs busy (one thread then).
+    at most 4); with `threads` > 1, a large file's records are instead walked (and its FCSs checked)
+    by a thread one chunk ahead (compiled loops, parsers/accel.py) or else, with walk_helper, by a
+    helper process (walkproc), while `threads` - 1 chunks are decoded at once. While other work keeps
+    the CPUs busy, a large file is decoded on one thread (with the walk thread, if compiled).
     """
     if threads is None:
         threads = min(os.cpu_count() or 1, 4)
@@ -267,13 +334,20 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
         stats.format = cap.format
         stats.file_bytes = cap.size
         done = 0
-        if _use_helper(cap, decoder, threads, walk_helper):
+        busy = threads > 1 and cap.size >= BUSY_CHECK_BYTES and _cpus_taken()
+        if accel.AVAILABLE and threads > 1 and decoder == "fast" and cap.size >= PREP_MIN_BYTES:
+            # the walk thread stays on a busy machine: it hands over the GIL once per chunk
+            fcs = proj.decodes("fcs") and any(i.linktype == RADIOTAP for i in cap.interfaces)
+            chunks = iter(_Prepared(cap.chunks(keep=PREP_AHEAD + threads), fcs, proj.decodes("link")))
+            threads = 1 if busy else threads - 1
+        elif busy:
+            threads = 1
+            chunks = cap.chunks()
+        elif _use_helper(cap, decoder, threads, walk_helper):
             threads -= 1
             chunks = _helped_chunks(cap, os.fspath(path), keep=threads if threads > 1 else 0,
                                     fcs=proj.decodes("fcs"))
         else:
-            if threads > 1 and cap.size >= BUSY_CHECK_BYTES and _cpus_taken():
-                threads = 1
             chunks = cap.chunks(keep=threads if threads > 1 else 0)
         for chunk, df, nfall, layouts in _decoded(chunks, decoder, threads, proj):
             stats.fallback += nfall

@@ -21,6 +21,7 @@ import sys
 
 import numpy as np
 
+from . import accel
 from .records import CaptureError, ContainerStats, Interface, RecordChunk
 
 FILE_HEADER = 24
@@ -73,6 +74,7 @@ class PcapReader:
         # every 16-byte window of the file as one item: a record header is one fancy-index away
         self._hdr = np.ndarray(shape=(self.size - RECORD_HEADER + 1,), dtype="V16", buffer=mm, strides=(1,))
         self._fast = self.bo == "<" and self.lengths == _STANDARD and sys.byteorder == "little"
+        self._swap = (self.bo == "<") != (sys.byteorder == "little")
         mv = memoryview(mm)
         # four u32 views starting 8 bytes (the caplen field) past each alignment: for a header at pos,
         # its caplen is self._mv[pos & 3][pos >> 2]
@@ -117,9 +119,13 @@ class PcapReader:
         """Return the records whose header starts in [pos, stop), the next position, and whether it ended."""
         size = self.size
         lim = min(stop, size - RECORD_HEADER + 1)
-        offs, nxt = self._loop_fast(pos, lim) if self._fast else self._loop_struct(pos, lim)
-        o = np.fromiter(offs, dtype=np.int64, count=len(offs))
-        sec, frac, caplen, wirelen = self._fields(o)
+        if accel.AVAILABLE:
+            o, heads, nxt = accel.pcap_walk(self.mm, pos, lim, self._swap, self.lengths)
+        else:
+            offs, nxt = self._loop_fast(pos, lim) if self._fast else self._loop_struct(pos, lim)
+            o = np.fromiter(offs, dtype=np.int64, count=len(offs))
+            heads = self._hdr[o]
+        sec, frac, caplen, wirelen = self._fields(heads)
         n, done = len(o), False
         bad = np.flatnonzero(caplen > self.maxcap)
         if len(bad):
@@ -157,9 +163,9 @@ class PcapReader:
             pos += 16 + (a if mode == _STANDARD else b if mode == _SWAPPED else min(a, b))
         return offs, pos
 
-    def _fields(self, o: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Return ts_sec, ts_frac, caplen, wirelen (int64) of the record headers at offsets o."""
-        sec, frac, a, b = self._hdr[o].view(self.bo + "u4").reshape(-1, 4).T.astype(np.int64)
+    def _fields(self, heads: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Return ts_sec, ts_frac, caplen, wirelen (int64) of record headers (16 bytes each)."""
+        sec, frac, a, b = np.ascontiguousarray(heads).view(self.bo + "u4").reshape(-1, 4).T.astype(np.int64)
         if self.lengths == _SWAPPED:
             a, b = b, a
         elif self.lengths == _EITHER:

@@ -30,6 +30,7 @@ from math import gcd
 
 import numpy as np
 
+from . import accel
 from .pcap import max_caplen
 from .records import CaptureError, ContainerStats, Interface, RecordChunk
 
@@ -154,8 +155,8 @@ class PcapngReader:
                 self._cut(pos)
                 return pieces, pos, True
             offs, nxt = self._loop(pos, min(stop, size - 7))
-            if offs:
-                piece, ended = self._packets(np.fromiter(offs, dtype=np.int64, count=len(offs)))
+            if len(offs):
+                piece, ended = self._packets(offs)
                 if len(piece):
                     pieces.append(piece)
                 if ended:
@@ -173,10 +174,15 @@ class PcapngReader:
                 return pieces, pos, True
         return pieces, pos, pos >= size
 
-    def _loop(self, pos: int, lim: int) -> tuple[list[int], int]:
+    def _loop(self, pos: int, lim: int) -> tuple[np.ndarray, int]:
+        """Return the offsets of consecutive packet blocks from pos (int64), and where they end."""
+        if accel.AVAILABLE:
+            return accel.pcapng_walk(self.mm, pos, lim, (self.bo == "<") != (sys.byteorder == "little"))
         if self.bo == "<" and self._mv is not None:
-            return self._loop_native(pos, lim)
-        return self._loop_struct(pos, lim)
+            offs, nxt = self._loop_native(pos, lim)
+        else:
+            offs, nxt = self._loop_struct(pos, lim)
+        return np.fromiter(offs, dtype=np.int64, count=len(offs)), nxt
 
     def _loop_native(self, pos: int, lim: int) -> tuple[list[int], int]:
         # The hot loop: collect packet blocks until another block type, a bad length, stop or EOF.

@@ -44,7 +44,7 @@ import numpy as np
 from . import phyrate
 from .columns import ColumnBuilder
 from .fcs import crc_ok
-from .gather import rows_bytes, ule
+from .gather import gathered_ahead, rows_bytes, ule
 from .span import KIND_DOT11, Span, in_row_order
 
 # bit -> (radiotap.org name, alignment, size) in the radiotap namespace.
@@ -663,6 +663,7 @@ def _fcs_ok(buf: np.ndarray, out: ColumnBuilder, rows: np.ndarray, first: np.nda
     return ok
 
 
+LINKTYPE = 127
 _HDR = np.dtype([("ver", "u1"), ("pad", "u1"), ("len", "<u2"), ("w0", "<u4")])
 HEAD = 64         # header bytes copied per frame up front (enough for the usual layouts' fields)
 _PHY_NAMES = (None, "legacy", "ht", "vht", "he")
@@ -686,7 +687,9 @@ def decode_radiotap(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     if not ok8.all():
         out.malformed(rows[~ok8 & ~cut], R_SHORT)
     # One gather of each header's first bytes: the fixed part here, most layouts' fields later.
-    head = rows_bytes(buf, start, HEAD)
+    head = gathered_ahead(out.ahead, "radiotap", rows, start, HEAD)
+    if head is None:
+        head = rows_bytes(buf, start, HEAD)
     hdr = np.ndarray((n,), dtype=_HDR, buffer=head, strides=(HEAD,)) if n else np.zeros(0, _HDR)
     it_len = hdr["len"].astype(np.int64)
     w0 = hdr["w0"]
@@ -717,6 +720,19 @@ def decode_radiotap(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     if len(parts) == 1:
         return Span(*parts[0])
     return in_row_order(Span(*(np.concatenate([p[i] for p in parts]) for i in range(6))))
+
+
+def gather_ahead(buf: np.ndarray, offset: np.ndarray, linktype: np.ndarray, width: int) -> dict:
+    """Return the bytes decode_radiotap and then the 802.11 decoder gather first, for records of
+    link type radiotap: {"radiotap": (offset, HEAD bytes there), "dot11": (offset + it_len, `width`
+    bytes there)}; empty for other link types. Decoders use a matrix only where their own positions
+    equal these (gather.gathered_ahead), so a wrong guess costs time, never a value."""
+    if not len(offset) or not (linktype == LINKTYPE).all():
+        return {}
+    start = offset.astype(np.int64, copy=False)
+    head = rows_bytes(buf, start, HEAD)
+    after = start + (head[:, 2].astype(np.int64) | head[:, 3].astype(np.int64) << 8)
+    return {"radiotap": (start, head), "dot11": (after, rows_bytes(buf, after, width))}
 
 
 def _presence_words(buf: np.ndarray, pos: np.ndarray, it_len: np.ndarray,
@@ -991,5 +1007,5 @@ def _next_span(buf, span: Span, out: ColumnBuilder, idx: np.ndarray | None, rows
     return [(rows[k], nstart[k], end[k], claimed[k], kind[k], cut[k])]
 
 
-LINK_DECODERS = {127: decode_radiotap}
-LINK_FRAME_DECODERS = {127: frame_radiotap}
+LINK_DECODERS = {LINKTYPE: decode_radiotap}
+LINK_FRAME_DECODERS = {LINKTYPE: frame_radiotap}

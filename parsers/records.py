@@ -41,6 +41,8 @@ class RecordChunk:
     has_ts: np.ndarray | None = None  # bool per record: False = no time stamp (pcapng SPB, ts_ns 0); None = all
     fcs_first: np.ndarray | None = None  # int64 per record: where an FCS check began (-1: none made)
     fcs_ok: np.ndarray | None = None     # bool per record: that check's verdict (frame to record end)
+    # header bytes gathered ahead by the walk thread: name -> (position per record, (n, width) bytes)
+    ahead: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
 
     def __len__(self) -> int:
         return len(self.offset)

@@ -1,5 +1,8 @@
 """The record walk and FCS checks of a large capture, in a helper process, one chunk ahead.
 
+Used only where the compiled loops (parsers/accel.py) are not built: those cost a tenth of the Python
+ones and release the GIL, so with them there is nothing left for a helper to take over.
+
 Why a process and why this split: the record walk (a Python loop over record headers) and the CRC-32
 of every frame (one C call per frame, too short for the CRC to release the GIL) are ~40 % of a
 radiotap capture's decoding and hold the GIL throughout, so threads cannot share them out. A helper
