@@ -83,8 +83,9 @@ class CaptureFile:
         """Return global iface id -> latest Interface Statistics Block counters (ifrecv, ifdrop, ...)."""
         return self._reader.if_stats if self._reader else {}
 
-    def chunks(self, keep: int = 0) -> Iterator[RecordChunk]:
-        """Yield the file's packet records as RecordChunks of about chunk_bytes of records each.
+    def chunks(self, keep: int = 0, first_bytes: int | None = None) -> Iterator[RecordChunk]:
+        """Yield the file's packet records as RecordChunks of about chunk_bytes of records each (the
+        first of about first_bytes, if given: a pipeline's next stage can start sooner).
 
         Pages of a chunk are released when the next one is asked for; with keep=k, only once k more
         chunks have been handed out (for callers that decode several chunks at once).
@@ -94,8 +95,10 @@ class CaptureFile:
         self._iterated = True
         reader, pages = self._reader, self.pages(keep)
         pos, done = reader.start, False
+        step = max(int(first_bytes), 1) if first_bytes else self.chunk_bytes
         while not done:
-            pieces, pos, done = reader.walk(pos, pos + self.chunk_bytes)
+            pieces, pos, done = reader.walk(pos, pos + step)
+            step = self.chunk_bytes
             chunk = _concat(pieces)
             if len(chunk):
                 self.stats.records += len(chunk)

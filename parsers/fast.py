@@ -5,6 +5,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.ma  # noqa: F401 - np.unique imports it at its first call (~18 ms), i.e. inside a read
 import pyarrow as pa
 
 from . import registry

@@ -192,6 +192,7 @@ def _cpus_taken() -> bool:
 # numpy call, thousands of times per chunk; on two cores that was no faster than one thread.)
 PREP_MIN_BYTES = 48 << 20
 PREP_AHEAD = 2          # chunks walked ahead of the one being decoded
+PREP_FIRST_BYTES = 4 << 20  # a small first chunk: decoding waits for the walk of this much only
 
 
 class _Prepared:
@@ -338,7 +339,8 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
         if accel.AVAILABLE and threads > 1 and decoder == "fast" and cap.size >= PREP_MIN_BYTES:
             # the walk thread stays on a busy machine: it hands over the GIL once per chunk
             fcs = proj.decodes("fcs") and any(i.linktype == RADIOTAP for i in cap.interfaces)
-            chunks = iter(_Prepared(cap.chunks(keep=PREP_AHEAD + threads), fcs, proj.decodes("link")))
+            walked = cap.chunks(keep=PREP_AHEAD + threads, first_bytes=min(PREP_FIRST_BYTES, chunk_bytes))
+            chunks = iter(_Prepared(walked, fcs, proj.decodes("link")))
             threads = 1 if busy else threads - 1
         elif busy:
             threads = 1

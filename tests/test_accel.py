@@ -173,3 +173,18 @@ def test_walk_thread_stops_and_reports(monkeypatch) -> None:
     with pytest.raises(OSError, match="disk gone"):
         list(iter_tables(path, threads=2, chunk_bytes=2048))
     assert not any(t.name == "xlayer-walk" for t in threading.enumerate())
+
+
+def test_small_first_chunk_same_records() -> None:
+    """chunks(first_bytes=...) cuts a smaller first chunk and hands out the same records."""
+    from parsers.containers import open_capture
+
+    path = str(corpus_or_skip() / "radiotap/wireshark__wpa-Induction.pcap")
+    got = []
+    for first in (None, 300):
+        with open_capture(path, chunk_bytes=8192) as cap:
+            parts = list(cap.chunks(first_bytes=first))
+        got.append((parts[0].offset.size, np.concatenate([p.offset for p in parts]).tolist(),
+                    np.concatenate([p.frame for p in parts]).tolist()))
+    assert got[1][0] < got[0][0]
+    assert got[1][1:] == got[0][1:]
