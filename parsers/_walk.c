@@ -12,6 +12,9 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#ifndef _WIN32
+#include <sys/mman.h>
+#endif
 
 typedef uint32_t (*crc_fn)(uint32_t crc, const uint8_t *buf, uint32_t len);
 
@@ -244,7 +247,130 @@ done:
     return out;
 }
 
+PyDoc_STRVAR(radiotap_fcs_doc,
+"radiotap_fcs(buf, offset, caplen, wirelen, linktype, fn) -> (first as int64 bytes, ok as bool bytes)\n\n"
+"parsers.fcs.radiotap_fcs in one pass with the GIL released: for each record (int64 buffers of one\n"
+"length) of link type 127, whole (caplen >= wirelen >= 0, caplen >= 16), whose radiotap Flags field\n"
+"-- found the simple way: first presence word, at most 8 words, TSFT then Flags -- says an FCS ends\n"
+"the frame, where the 802.11 frame starts and whether the CRC-32 of frame and FCS is right; -1 and\n"
+"false elsewhere. fn as for crc32_many.");
+
+static PyObject *radiotap_fcs(PyObject *self, PyObject *args)
+{
+    Py_buffer view, ov, cv, wv, lv;
+    unsigned long long fnaddr;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*K", &view, &ov, &cv, &wv, &lv, &fnaddr))
+        return NULL;
+    PyObject *first_b = NULL, *ok_b = NULL, *res = NULL;
+    Py_ssize_t n = ov.len / (Py_ssize_t)sizeof(int64_t);
+    if (ov.len % (Py_ssize_t)sizeof(int64_t) || cv.len != ov.len || wv.len != ov.len || lv.len != ov.len) {
+        PyErr_SetString(PyExc_ValueError, "radiotap_fcs: record arrays must be int64 buffers of one length");
+        goto done;
+    }
+    first_b = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    ok_b = PyBytes_FromStringAndSize(NULL, n);
+    if (first_b == NULL || ok_b == NULL)
+        goto done;
+    const int64_t *off = ov.buf, *cl = cv.buf, *wl = wv.buf, *lt = lv.buf;
+    int64_t *first = (int64_t *)PyBytes_AS_STRING(first_b);
+    uint8_t *ok = (uint8_t *)PyBytes_AS_STRING(ok_b);
+    const uint8_t *b = view.buf;
+    const int64_t size = view.len;
+    crc_fn fn = fnaddr ? (crc_fn)(uintptr_t)fnaddr : crc32_sliced;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        first[i] = -1;
+        ok[i] = 0;
+        int64_t at = off[i], caplen = cl[i];
+        if (lt[i] != 127 || caplen < wl[i] || caplen < 16 || at < 0 || at > size - caplen)
+            continue;
+        int64_t it_len = (int64_t)b[at + 2] | (int64_t)b[at + 3] << 8;
+        if (it_len < 8 || it_len + 4 > caplen)
+            continue;
+        uint32_t w0 = rd32(b + at + 4, 0);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        w0 = __builtin_bswap32(w0);
+#endif
+        int64_t words = 1;
+        uint32_t ext = w0 >> 31;
+        for (int k = 1; k < 8 && ext; k++) {
+            if (8 + 4 * k > it_len) {      /* the next word would pass the header: stop counting */
+                ext = 0;
+                break;
+            }
+            uint32_t wk = rd32(b + at + 4 + 4 * k, 0);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+            wk = __builtin_bswap32(wk);
+#endif
+            words++;
+            ext = wk >> 31;
+        }
+        if (ext || !(w0 & 2))              /* more than 8 words, or no Flags field */
+            continue;
+        int64_t flags_at = 4 + 4 * words;
+        if (w0 & 1)                        /* TSFT (8 bytes, 8-aligned) comes first */
+            flags_at = (flags_at + 7) / 8 * 8 + 8;
+        if (flags_at >= it_len || !(b[at + flags_at] & 0x10))
+            continue;
+        const uint8_t *p = b + at + it_len;
+        int64_t left = caplen - it_len;
+        uint32_t c = 0;
+        while (left > 0) {
+            uint32_t step = left > 0x40000000 ? 0x40000000u : (uint32_t)left;
+            c = fn(c, p, step);
+            p += step;
+            left -= step;
+        }
+        first[i] = at + it_len;
+        ok[i] = c == 0x2144DF1Cu;
+    }
+    Py_END_ALLOW_THREADS
+    res = Py_BuildValue("(OO)", first_b, ok_b);
+done:
+    Py_XDECREF(first_b);
+    Py_XDECREF(ok_b);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&ov);
+    PyBuffer_Release(&cv);
+    PyBuffer_Release(&wv);
+    PyBuffer_Release(&lv);
+    return res;
+}
+
+PyDoc_STRVAR(dontneed_doc,
+"dontneed(buf, start, length) -> None\n\n"
+"madvise(MADV_DONTNEED) on buf[start:start + length] (page-aligned, inside buf; buf a memory map)\n"
+"with the GIL released; does nothing where MADV_DONTNEED is not defined.");
+
+static PyObject *dontneed(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long start, length;
+    if (!PyArg_ParseTuple(args, "y*LL", &view, &start, &length))
+        return NULL;
+    if (start < 0 || length < 0 || start > (long long)view.len - length) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "dontneed: range outside the buffer");
+        return NULL;
+    }
+    int rc = 0;
+#ifdef MADV_DONTNEED
+    if (length > 0) {
+        char *p = (char *)view.buf + start;
+        Py_BEGIN_ALLOW_THREADS
+        rc = madvise(p, (size_t)length, MADV_DONTNEED);
+        Py_END_ALLOW_THREADS
+    }
+#endif
+    PyBuffer_Release(&view);
+    if (rc != 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"radiotap_fcs", radiotap_fcs, METH_VARARGS, radiotap_fcs_doc},
+    {"dontneed", dontneed, METH_VARARGS, dontneed_doc},
     {"pcap_walk", pcap_walk, METH_VARARGS, pcap_walk_doc},
     {"pcapng_walk", pcapng_walk, METH_VARARGS, pcapng_walk_doc},
     {"crc32_many", crc32_many, METH_VARARGS, crc32_many_doc},

@@ -55,3 +55,18 @@ def crc32_many(buf, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     s = np.ascontiguousarray(starts, dtype=np.int64)
     e = np.ascontiguousarray(ends, dtype=np.int64)
     return np.frombuffer(_walk.crc32_many(buf, s, e, _CRC), np.uint32)
+
+
+def radiotap_fcs(buf, offset: np.ndarray, caplen: np.ndarray, wirelen: np.ndarray,
+                 linktype: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return what parsers.fcs.radiotap_fcs returns (where each checked frame starts, -1 if none,
+    and whether its FCS is right), from one pass in C with the GIL released."""
+    args = [np.ascontiguousarray(a, dtype=np.int64) for a in (offset, caplen, wirelen, linktype)]
+    first, ok = _walk.radiotap_fcs(buf, *args, _CRC)
+    return np.frombuffer(first, np.int64), np.frombuffer(ok, np.bool_)
+
+
+def dontneed(buf, start: int, length: int) -> None:
+    """Drop buf[start:start + length] (page-aligned, in a memory map) from the resident set, with
+    the GIL released (mmap.madvise holds it)."""
+    _walk.dontneed(buf, start, length)

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from . import accel
 from .pcap import MAGICS, PcapReader
 from .pcapng import SHB, PcapngReader
 from .records import CaptureError, ContainerStats, Interface, RecordChunk
@@ -114,7 +115,10 @@ class CaptureFile:
         # keeps them, and a caller who still looks at an old chunk faults them back in).
         end = upto // _PAGE * _PAGE
         if end > start and hasattr(mmap, "MADV_DONTNEED") and not self._mm.closed:
-            self._mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+            if accel.AVAILABLE:     # the same call, without holding the GIL (a decoding thread runs)
+                accel.dontneed(self._mm, start, end - start)
+            else:
+                self._mm.madvise(mmap.MADV_DONTNEED, start, end - start)
             return end
         return start
 

@@ -48,6 +48,8 @@ def radiotap_fcs(buf: np.ndarray, offset: np.ndarray, caplen: np.ndarray, wirele
     FCS is right. Flags is found the simple way (the first presence word's fields come first: TSFT,
     then Flags); the decoder uses a verdict only where its own decoding agrees on the frame's bytes.
     """
+    if accel.AVAILABLE and part >= 1.0:
+        return accel.radiotap_fcs(buf, offset, caplen, wirelen, linktype)
     n = len(offset)
     first = np.full(n, -1, np.int64)
     ok = np.zeros(n, bool)

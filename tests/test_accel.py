@@ -188,3 +188,55 @@ def test_small_first_chunk_same_records() -> None:
                     np.concatenate([p.frame for p in parts]).tolist()))
     assert got[1][0] < got[0][0]
     assert got[1][1:] == got[0][1:]
+
+
+@needs_accel
+def test_radiotap_fcs_same_both_ways(monkeypatch) -> None:
+    """The compiled radiotap_fcs finds the same frames and verdicts as the numpy one: on every corpus
+    capture's records, and on the same records with random bytes overwritten (hostile headers)."""
+    from parsers.containers import open_capture
+
+    root = corpus_or_skip()
+    rng = np.random.default_rng(5)
+    checked = 0
+    for rel in capture_files():
+        try:
+            with open_capture(str(root / rel), chunk_bytes=1 << 22) as cap:
+                chunks = list(cap.chunks())
+        except Exception:  # noqa: BLE001 - refused files have no records to check
+            continue
+        for ch in chunks:
+            bufs = [ch.data]
+            if (ch.linktype == 127).any():
+                hostile = np.array(ch.data, copy=True)
+                at = rng.integers(0, len(hostile), size=max(len(hostile) // 50, 1))
+                hostile[at] = rng.integers(0, 256, size=len(at), dtype=np.uint8)
+                bufs.append(hostile)
+            for buf in bufs:
+                args = (buf, ch.offset, ch.caplen, ch.wirelen, ch.linktype)
+                monkeypatch.setattr(accel, "AVAILABLE", True)
+                fast = fcs.radiotap_fcs(*args)
+                monkeypatch.setattr(accel, "AVAILABLE", False)
+                slow = fcs.radiotap_fcs(*args)
+                assert fast[0].tolist() == slow[0].tolist(), rel
+                assert fast[1].tolist() == slow[1].tolist(), rel
+                checked += int((slow[0] >= 0).sum())
+    assert checked > 1000      # frames whose FCS was checked both ways
+
+
+@needs_accel
+def test_dontneed_keeps_contents(tmp_path) -> None:
+    """Pages dropped from a read-only map read back the same (the file is their backing)."""
+    import mmap
+
+    data = bytes(range(256)) * 64
+    p = tmp_path / "f"
+    p.write_bytes(data)
+    with open(p, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        before = mm[:]
+        accel.dontneed(mm, 0, mmap.PAGESIZE)
+        assert mm[:] == before == data
+        with pytest.raises(ValueError):
+            accel.dontneed(mm, 0, len(data) + 1)
+        mm.close()
