@@ -65,6 +65,7 @@ import heapq
 import json
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -448,11 +449,12 @@ def _choose_reference(bundle: Bundle, packet: list[CaptureEntry], obs: dict[str,
 
 def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = None, *, decoder: str = "fast",
                  min_matches: int = 3, use_tsft: bool = True,
-                 tables: dict[str, pl.DataFrame] | None = None) -> Alignment:
+                 tables: Mapping[str, pl.DataFrame] | None = None) -> Alignment:
     """Return the clock alignment of every capture of a bundle (see the module docstring).
 
     reference: a clock name, vantage or file whose clock is the reference (default: see above).
-    tables: packet tables already read, by capture file (others are read from the bundle).
+    tables: packet tables already read, by capture file (others are read from the bundle); each is
+    looked up once, so a mapping may read its table only then.
     """
     import time
 

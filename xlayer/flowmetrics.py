@@ -223,10 +223,11 @@ def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
 
     vantage = packets["vantage"][0] if packets.height and "vantage" in cols else ""
     capture_file = packets["capture_file"][0] if packets.height and "capture_file" in cols else ""
-    df = packets.filter(pl.col("flow").is_not_null())
+    # lazily: the filters then copy only the columns selected, not every column of the packet table
+    keep = pl.col("flow").is_not_null()
     if "fcs_bad" in cols:
-        df = df.filter(~pl.col("fcs_bad").fill_null(False))
-    df = df.select(
+        keep = keep & ~pl.col("fcs_bad").fill_null(False)
+    df = packets.lazy().filter(keep).select(
         "flow", "conn", "dir", col("frame", pl.Int64), col("ts_ns", pl.Int64),
         col("ip_src", pl.Utf8), col("ip_dst", pl.Utf8), col("ip_proto", pl.Int64), col("sport", pl.UInt16),
         col("dport", pl.UInt16), col("ip_id", pl.Int64), col("ip_len", pl.Int64), col("ip_hdr_len", pl.Int64),
@@ -234,7 +235,12 @@ def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
         col("tcp_ack", pl.Int64), col("tcp_flags", pl.Int64), col("tcp_len", pl.Int64), col("tcp_hdr_len", pl.Int64),
         col("tcp_tsval", pl.Int64), col("tcp_tsecr", pl.Int64), col("udp_len", pl.Int64),
         col("wlan_ta", pl.Utf8), col("wlan_seq", pl.Int64), col("wlan_frag", pl.Int64),
-    ).sort("frame")
+    ).collect()
+    del packets           # freed here if the caller holds no other reference to it (`build` does not)
+    # A capture's rows come in frame order: sorting them anyway would gather every column (strings
+    # included) into a second copy of the table, the largest allocation of the whole module.
+    if not df["frame"].is_sorted():
+        df = df.sort("frame")
     df = df.with_columns(
         _code("flow").alias("fid"), pl.col("flow").hash().alias("fh"),
         # (conn, dir) as one integer; its other direction is the same number with the last bit flipped

@@ -229,19 +229,22 @@ def _usable_air(air: pl.DataFrame) -> pl.DataFrame:
 
 def _stations(air: pl.DataFrame) -> pl.DataFrame:
     """Return (station, ip) pairs learnt from unencrypted data frames (down: RA/DA & ip_dst; up: TA/SA & ip_src)."""
-    d = air.filter((pl.col("wlan_type") == 2) & pl.col("ip_src").is_not_null() & ~_group_addr("wlan_ra"))
+    # lazily, each direction's pairs made distinct before they meet: the filters then copy only the columns
+    # read, and no table of one row per data frame is built
+    d = air.lazy().filter((pl.col("wlan_type") == 2) & pl.col("ip_src").is_not_null() & ~_group_addr("wlan_ra"))
     down = d.filter(pl.col("wlan_from_ds") & ~pl.col("wlan_to_ds") & (pl.col("wlan_ra") == pl.col("wlan_da"))) \
-        .select(pl.col("wlan_ra").alias("station"), pl.col("ip_dst").alias("ip"))
+        .select(pl.col("wlan_ra").alias("station"), pl.col("ip_dst").alias("ip")).unique()
     up = d.filter(pl.col("wlan_to_ds") & ~pl.col("wlan_from_ds") & (pl.col("wlan_ta") == pl.col("wlan_sa"))) \
-        .select(pl.col("wlan_ta").alias("station"), pl.col("ip_src").alias("ip"))
-    return pl.concat([down, up]).unique()
+        .select(pl.col("wlan_ta").alias("station"), pl.col("ip_src").alias("ip")).unique()
+    return pl.concat([down.collect(), up.collect()]).unique()
 
 
 def _attempts(air: pl.DataFrame) -> pl.DataFrame:
     """Return the unicast payload-carrying data frames, with direction, station and MSDU group id `gid`."""
-    d = air.filter((pl.col("wlan_type") == 2) & ((pl.col("wlan_subtype").cast(pl.Int32) & 4) == 0)
-                   & pl.col("wlan_seq").is_not_null() & pl.col("wlan_ra").is_not_null()
-                   & pl.col("wlan_ta").is_not_null() & ~_group_addr("wlan_ra"))
+    # lazily: the filter then copies only the columns selected, not every column of the air records
+    d = air.lazy().filter((pl.col("wlan_type") == 2) & ((pl.col("wlan_subtype").cast(pl.Int32) & 4) == 0)
+                          & pl.col("wlan_seq").is_not_null() & pl.col("wlan_ra").is_not_null()
+                          & pl.col("wlan_ta").is_not_null() & ~_group_addr("wlan_ra"))
     down = pl.col("wlan_from_ds") & ~pl.col("wlan_to_ds")
     up = pl.col("wlan_to_ds") & ~pl.col("wlan_from_ds")
     d = d.select(
@@ -255,7 +258,7 @@ def _attempts(air: pl.DataFrame) -> pl.DataFrame:
         pl.col("wlan_more_frag").fill_null(False).alias("more_frag"),
         pl.col("phy_rate_mbps").alias("rate_mbps"), "ampdu_ref",
         pl.col("wlan_protected").fill_null(False).alias("protected"),
-        *(c for c in ("flow", "ip_id", "ip_len") if c in d.columns))
+        *(c for c in ("flow", "ip_id", "ip_len") if c in air.columns)).collect()
     part = ["ta", "ra", "_tid", "mac_seq"]
     d = d.with_columns(pl.col("tid").cast(pl.Int16).fill_null(-1).alias("_tid")).sort([*part, "_i"])
     first = pl.col("_i").shift(1).over(part).is_null()
@@ -332,15 +335,15 @@ def _confirm(air: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
 def _seq_spaces(air: pl.DataFrame) -> pl.DataFrame:
     """Return one row per distinct sequence number seen per space: space, ta, ra, useq, holes (missed before it)."""
     qos = (pl.col("wlan_type") == 2) & ((pl.col("wlan_subtype").cast(pl.Int32) & 8) != 0) & ~_group_addr("wlan_ra")
-    s = air.filter(pl.col("wlan_seq").is_not_null() & pl.col("wlan_ta").is_not_null()
-                   & pl.col("wlan_type").is_in([0, 2])).select(
+    s = air.lazy().filter(pl.col("wlan_seq").is_not_null() & pl.col("wlan_ta").is_not_null()
+                          & pl.col("wlan_type").is_in([0, 2])).select(
         "_i", "ts_ns", pl.col("wlan_ta").alias("ta"),
         pl.when(qos).then(pl.col("wlan_ra")).alias("ra"),
         pl.when(qos).then(pl.col("wlan_tid").cast(pl.Int16)).otherwise(-1).alias("_tid"),
         pl.col("wlan_seq").cast(pl.Int64).alias("seq"),
         pl.when(pl.col("wlan_from_ds") & ~pl.col("wlan_to_ds")).then(pl.lit("down"))
         .when(pl.col("wlan_to_ds") & ~pl.col("wlan_from_ds")).then(pl.lit("up")).otherwise(pl.lit("other"))
-        .alias("direction"))
+        .alias("direction")).collect()
     part = ["ta", "ra", "_tid"]
     step = ((pl.col("seq") - pl.col("seq").shift(1).over(part) + 2048) % 4096 - 2048).fill_null(0)
     s = s.sort([*part, "_i"]).with_columns(step.cum_sum().over(part).alias("useq"))
@@ -399,14 +402,24 @@ def _analyse_usable(air: pl.DataFrame, file: str) -> dict[str, pl.DataFrame]:
     att = att.join(seq_of.select("_i", "useq"), on="_i", how="left")
     del seq_of
     # what needs the air records is done first, so that they are freed before the MSDU groups are built
-    bits = _ba_bits(air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 9)))
+    # (of the Block Ack bits, capture loss reads only the distinct (transmitter, receiver, seq): one row per
+    # bit set, with two address strings, would be one of the largest tables held here)
+    bits = (_ba_bits(air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 9)))
+            .select(pl.col("ba_ra").alias("ta"), pl.col("ba_ta").alias("ra"), "mac_seq").unique())
     orphans = _orphan_acks(air)
     span = (int(air["ts_ns"].min()), int(air["ts_ns"].max())) if air.height else (0, -1)
     stations = _stations(air)
     del air
+    # capture loss: which of the holes a Block Ack says arrived (the attempts' addresses and numbers only)
+    seen = att.select("ta", "ra", pl.col("mac_seq").cast(pl.Int64)).unique()
+    ba_missed = (bits.join(seen, on=["ta", "ra", "mac_seq"], how="anti")
+                 .group_by("ta", "ra").agg(pl.len().cast(pl.Int64).alias("blockack_missed")))
+    del bits, seen
+    # sorted once and kept sorted: the group-by below would otherwise hold a sorted copy beside `att`
+    att = att.sort("_i")
     # MSDU groups: the first attempt gives seq/key/time; the final fragment's confirmation confirms it
     last_frag = (pl.col("frag") == pl.col("frag").max()) & ~pl.col("more_frag")
-    grp = att.sort("_i").group_by("gid").agg(
+    grp = att.group_by("gid").agg(
         pl.col("ta").first(), pl.col("ra").first(), pl.col("direction").first(), pl.col("station").first(),
         pl.col("tid").first(), pl.col("mac_seq").first(), pl.col("useq").first(), pl.col("key").drop_nulls().first(),
         pl.col("flow").drop_nulls().first(), pl.col("ip_id").drop_nulls().first(),
@@ -429,10 +442,6 @@ def _analyse_usable(air: pl.DataFrame, file: str) -> dict[str, pl.DataFrame]:
         .then(pl.lit("inferred")).otherwise(pl.col("acked_by").fill_null("none")).alias("acked_by"),
         pl.lit(file).alias("air_capture_file"))
     # capture loss: holes per space, and which of them a Block Ack says arrived
-    seen = att.select("ta", "ra", pl.col("mac_seq").cast(pl.Int64)).unique()
-    ba_missed = (bits.select(pl.col("ba_ra").alias("ta"), pl.col("ba_ta").alias("ra"), "mac_seq").unique()
-                 .join(seen, on=["ta", "ra", "mac_seq"], how="anti")
-                 .group_by("ta", "ra").agg(pl.len().cast(pl.Int64).alias("blockack_missed")))
     loss = _capture_loss(file, space, orphans, ba_missed)
     # join_timeline reads of the attempts only the attempts table's columns and the group id
     att = att.select(*_ATT_KEEP, "gid", "attempt", "acked", "acked_by", "ack_frame")
@@ -547,10 +556,13 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> tuple[pl.DataFr
     m = g.join_asof(w.select("_w", "key", pl.col("ts_ns").alias("_wts")).sort("_wts"), left_on="_t",
                     right_on="_wts", by="key", strategy="nearest", tolerance=MATCH_WINDOW_NS + SLACK_NS,
                     check_sortedness=False)
+    del g             # the matching's working tables are freed as soon as used: this is the join's busiest moment
     m = m.filter(pl.col("_w").is_not_null())
     gmap = m.select("gid", "_w")
     per = _merge_groups(m, "_w")
+    del m
     d = w.join(per, on="_w", how="left").with_columns(_space_cols())
+    del per
     # holes (sequence numbers missed before it) of each matched packet's MPDU
     sp = a["space"].select("ta", pl.col("ra").alias("_sra"), "_tid", "useq", "holes")
     d = _join_left(d, sp, ["ta", "_sra", "_tid", "useq"], nulls_equal=True)
@@ -563,6 +575,7 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> tuple[pl.DataFr
     by_sta = seen.group_by("station").agg(pl.col("ta").mode().first().alias("_qta"),
                                           pl.col("_sra").mode().first().alias("_qsra"),
                                           pl.col("_tid").mode().first().alias("_qtid"))
+    del seen
     d = _join_left(_join_left(d, by_dscp, ["station", "ip_dscp"], nulls_equal=True), by_sta, ["station"])
     have_p = pl.col("_pta").is_not_null()
     d = d.with_columns(
@@ -616,7 +629,10 @@ def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> tuple[pl.DataFram
                     tolerance=MATCH_WINDOW_NS + SLACK_NS, check_sortedness=False)
          .filter(pl.col("gid").is_not_null()))
     gmap = m.select("gid", "_w")
-    d = w.join(_merge_groups(m, "_w"), on="_w", how="left")
+    per = _merge_groups(m, "_w")
+    del m
+    d = w.join(per, on="_w", how="left")
+    del per
     only = g.join(gmap, on="gid", how="anti")
     return d.select([c for c in (*_UP_COLS, "_w", "gid") if c in d.columns]), only, gmap
 

@@ -162,6 +162,7 @@ def prepare(df: pl.DataFrame) -> pl.DataFrame:
         .select(*keep, "frame", "ts_ns", "flow", "conn", "dir", "ip_version", "ip_id", "ip_ttl", "tcp_seq",
                 "tcp_ack", "tcp_flags", "tcp_win", "tcp_len", "tcp_wscale", "tcp_tsval", "tcp_tsecr", "tcp_sack") \
         .collect()
+    del df                # the packet table: freed here if the caller holds no other reference to it
     f = pl.col("tcp_flags").cast(pl.Int64).fill_null(0)
     t = t.with_columns(
         ((f & SYN) > 0).alias("syn"), ((f & FIN) > 0).alias("fin"), ((f & RST) > 0).alias("rst"),
@@ -300,18 +301,21 @@ def sides(t: pl.DataFrame) -> pl.DataFrame:
 def _first_ack(left: pl.DataFrame, t: pl.DataFrame, need: str) -> pl.DataFrame:
     """Add ack_frame/ack_ts/ack_tsecr: the first ACK after each left row (conn, dir, frame) from the other
     direction whose acknowledgement reaches left[need] (ACKs taken cumulatively, in frame order)."""
-    acks = t.filter(pl.col("ackf") & pl.col("ack_u").is_not_null()).select(
+    # (lazily, here and below: a filter of `t` then copies only the columns selected, not all of `t`'s)
+    acks = t.lazy().filter(pl.col("ackf") & pl.col("ack_u").is_not_null()).select(
         "conn", _other(pl.col("dir")).alias("dir"), "frame", "ts_ns", "ack_u",
-        pl.col("tcp_tsecr").cast(pl.Int64).alias("tsecr")).sort("conn", "dir", "frame")
+        pl.col("tcp_tsecr").cast(pl.Int64).alias("tsecr")).collect().sort("conn", "dir", "frame")
     acks = acks.with_columns(pl.col("ack_u").cum_max().over(G).alias("cm"))
     r1 = acks.select(*G, pl.col("frame").alias("_f"), pl.col("frame").alias("f1"), pl.col("ts_ns").alias("t1"),
                      pl.col("tsecr").alias("e1"), pl.col("cm").alias("cm1")).sort("_f")
     out = left.with_row_index("_i").sort("frame").join_asof(
         r1, left_on="frame", right_on="_f", by=G, strategy="forward", allow_exact_matches=False,
         check_sortedness=False).drop("_f")
+    del r1            # each working table is freed once used: `t` and `left` are held meanwhile
     r2 = acks.unique([*G, "cm"], keep="first", maintain_order=True).select(
         *G, pl.col("cm").alias("_cm"), pl.col("frame").alias("f2"), pl.col("ts_ns").alias("t2"),
         pl.col("tsecr").alias("e2")).sort("_cm")
+    del acks
     out = out.sort(need).join_asof(r2, left_on=need, right_on="_cm", by=G, strategy="forward",
                         check_sortedness=False).drop("_cm")
     ok1 = pl.col("cm1") >= pl.col(need)
@@ -324,7 +328,7 @@ def _first_ack(left: pl.DataFrame, t: pl.DataFrame, need: str) -> pl.DataFrame:
 
 def _rto(t: pl.DataFrame, cand_seq: pl.DataFrame, cand_frames: pl.DataFrame) -> pl.DataFrame:
     """Return (conn, dir, ts_ns, srtt, rto) after each RTT sample (RFC 6298; Karn: never-retransmitted data)."""
-    d = t.filter(pl.col("data")).select(*G, "frame", "ts_ns", "seq_u", "end_u")
+    d = t.lazy().filter(pl.col("data")).select(*G, "frame", "ts_ns", "seq_u", "end_u").collect()
     d = d.join(cand_seq, on=[*G, "seq_u"], how="anti")
     s = _first_ack(d, t, "end_u").filter(pl.col("ack_ts").is_not_null())
     # An ACK that comes only after a retransmission filled a hole below the segment measures the recovery,
@@ -356,8 +360,8 @@ _SPENT = ("ip_version", "tcp_flags", "tcp_win", "tcp_len", "tcp_ack", "prev_win"
           "adv", "rev_win")
 
 
-def _analyze_prepared(t: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """`_analyze` of a capture's `prepare`d rows."""
+def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """`_analyze` of a capture's `prepare`d rows (`kind`: the capture's, when the rows have no kind column)."""
     # joined on the two key columns only: a join of the whole working table would copy every column
     t = t.with_columns(t.select(G).join(sides(t), on=G, how="left", maintain_order="left").get_column("side"))
     t = t.drop(*_SPENT)
@@ -365,7 +369,8 @@ def _analyze_prepared(t: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.D
                     & ~pl.col("keepalive") & ~pl.col("zwp")
                     & ~((pl.col("len") > 1) & (pl.col("seq_u") == pl.col("nxt") - 1)))
     # the original: the first earlier frame starting at the same sequence number, else one covering it
-    firsts = t.filter(pl.col("seg")).select(*G, "seq_u", "frame", "ts_ns", "len", "ip_id", "tcp_tsval", "end_u") \
+    firsts = t.lazy().filter(pl.col("seg")).select(*G, "seq_u", "frame", "ts_ns", "len", "ip_id", "tcp_tsval",
+                                                    "end_u").collect() \
         .group_by([*G, "seq_u"]).agg(
         pl.all().sort_by("frame").first()).select(
         *G, "seq_u", pl.col("frame").alias("o_frame"), pl.col("ts_ns").alias("o_ts"), pl.col("len").alias("o_len"),
@@ -471,7 +476,7 @@ def _analyze_prepared(t: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.D
         & (_wrap32(pl.col("ack_tsecr") - tsval) < 0) & (pl.col("ack_ts") >= pl.col("ts_ns"))
     acked = retx & (pl.col("len") > 0) & (pl.col("rev_ack") >= pl.col("end_u"))
     # a monitor-mode capture near the AP sees what was sent over the air, not what the station received
-    air = (pl.col("kind") == "air") if "kind" in cand.columns else pl.lit(False)
+    air = (pl.col("kind") == "air") if "kind" in cand.columns else pl.lit(kind == "air")
     rxv = retx & (pl.col("side") == "receiver") & ~air.fill_null(False)
     cand = cand.with_columns(dsack.fill_null(False).alias("ev_dsack"), eifel.fill_null(False).alias("ev_eifel"),
                              acked.fill_null(False).alias("ev_acked"), (rxv & seen).fill_null(False).alias("ev_rxv"),
@@ -514,10 +519,12 @@ def _events(t: pl.DataFrame, cand: pl.DataFrame) -> pl.DataFrame:
     edge = pl.col("_ra") + pl.col("_rw") * pl.col("rscale")
     parts.append(w.filter((pl.col("len") > 0) & plain & (pl.col("seq_u") + pl.col("len") == edge).fill_null(False))
                  .select(*base, pl.lit("window_full").alias("event"), rel_seq, rel_ack))
+    del w             # a copy of a dozen of `t`'s columns: freed before the next one is made
     # out of order: reordering extent = segments (bytes) that arrived before it with a higher sequence number
     ooo = cand.filter(pl.col("reorder"))
     if ooo.height:
-        d = t.filter(pl.col("seg")).select(*G, "frame", "ts_ns", "seq_u", "len").sort("conn", "dir", "frame")
+        d = t.lazy().filter(pl.col("seg")).select(*G, "frame", "ts_ns", "seq_u", "len").collect() \
+            .sort("conn", "dir", "frame")
         d = d.with_columns(pl.int_range(pl.len()).over(G).alias("k"), pl.col("len").cum_sum().over(G).alias("cb"),
                            pl.col("seq_u").cum_max().over(G).alias("cmax"))
         first_above = d.unique([*G, "cmax"], keep="first", maintain_order=True).select(
@@ -526,8 +533,10 @@ def _events(t: pl.DataFrame, cand: pl.DataFrame) -> pl.DataFrame:
         o = ooo.select(*base, *G[1:], "seq_u", "base", "ack_u", "rbase").join(
             d.select(*G, "frame", "k", "cb", "len"), on=[*G, "frame"], how="left")
         o = o.with_columns((pl.col("seq_u") + 1).alias("_q")).sort("_q")
+        del d
         o = o.join_asof(first_above, left_on="_q", right_on="_cm", by=G, strategy="forward",
                         check_sortedness=False)
+        del first_above
         parts.append(o.select(*base, pl.lit("out_of_order").alias("event"), rel_seq, rel_ack, "ref_frame",
                               (pl.col("k") - pl.col("j")).alias("extent_segments"),
                               (pl.col("cb") - pl.col("len") - pl.col("cbj")).alias("extent_bytes"),
@@ -623,9 +632,9 @@ def _receiver_evidence(cand: pl.DataFrame, t: pl.DataFrame, rx: list[tuple[str, 
 
 def _originals(t: pl.DataFrame, cand: pl.DataFrame) -> pl.DataFrame:
     """Return the segments of `t` starting at a candidate's sequence number (its possible originals)."""
-    return t.filter(pl.col("seg")).select(*G, "seq_u", pl.col("frame").alias("pf"), pl.col("tcp_seq").alias("sr"),
-                                          pl.col("ip_id").alias("pid"), pl.col("tcp_tsval").alias("pts"),
-                                          pl.col("idinfo").alias("pinfo")) \
+    return t.lazy().filter(pl.col("seg")).select(
+        *G, "seq_u", pl.col("frame").alias("pf"), pl.col("tcp_seq").alias("sr"), pl.col("ip_id").alias("pid"),
+        pl.col("tcp_tsval").alias("pts"), pl.col("idinfo").alias("pinfo")).collect() \
         .join(cand.select(*G, "seq_u").unique(), on=[*G, "seq_u"], how="semi")
 
 
@@ -707,18 +716,22 @@ def build(tl: Any) -> dict[str, pl.DataFrame]:
     # Per capture only what the cross-capture step reads is kept: the retransmission candidates, their
     # possible originals, and (receiver-side captures) each segment's identity and the span seen.
     per: list[tuple[str, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
-    want = [*NEEDS, "capture_file", "vantage", "kind", "flow", "conn", "dir"]
+    # the capture's file, vantage and kind are the same on every row: added to the few candidate rows
+    # only, not carried as three string columns through every step over all of its TCP rows
+    want = [*NEEDS, "flow", "conn", "dir"]
     for e in tl.entries("wired") + tl.entries("air"):
         if "tcp_seq" not in tl.columns(e):
             continue
-        # the packet table lives only while `prepare` reads it
-        pk = tl.packets(e, columns=want + (list(_MAC_KEY) if e.kind == "air" else []))
-        t = prepare(_first_attempts(pk) if e.kind == "air" else pk)
-        del pk
+        # the packet table lives only while `prepare` reads it: passed on without a name here, so that
+        # `prepare` frees it once it has its rows instead of holding it through all its window functions
+        cols = want + (list(_MAC_KEY) if e.kind == "air" else [])
+        t = prepare(_first_attempts(tl.packets(e, columns=cols)) if e.kind == "air" else tl.packets(e, columns=cols))
         if t.height == 0 and tl.packets(e, columns=["frame"]).height == 0:
             continue
-        t, cand, ev = _analyze_prepared(t)
-        rside = t.filter((pl.col("side") == "receiver") & (pl.col("kind") != "air"))
+        t, cand, ev = _analyze_prepared(t, e.kind)
+        cand = cand.with_columns(pl.lit(e.file, pl.String).alias("capture_file"),
+                                 pl.lit(e.vantage, pl.String).alias("vantage"), pl.lit(e.kind, pl.String).alias("kind"))
+        rside = t.filter(pl.col("side") == "receiver") if e.kind != "air" else t.clear()
         per.append(tuple(_compact(x) if isinstance(x, pl.DataFrame) else x for x in (
             e.file, cand, _conform_events(ev, e.file, e.vantage), _originals(t, cand), _rx_rows(rside),
             _rx_span(rside) if rside.height else rside)))

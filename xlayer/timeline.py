@@ -29,7 +29,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -280,6 +280,25 @@ def _release_freed_memory() -> None:
         pass
 
 
+class _IpcTables(Mapping):
+    """Packet tables by capture file, each read from its IPC file only when asked for (not kept)."""
+
+    def __init__(self, files: dict[str, str]):
+        self._files = files
+
+    def __getitem__(self, file: str) -> pl.DataFrame:
+        return pl.read_ipc(self._files[file])
+
+    def __contains__(self, file: object) -> bool:
+        return file in self._files
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+
 # Spill the packet tables to disk when the bundle's packet captures hold more than this many bytes.
 SPILL_MIN_BYTES = 64 << 20
 
@@ -352,20 +371,19 @@ def _open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None, de
             errors[e.file] = f"{type(exc).__name__}: {exc}"
     if progress is not None:
         progress("aligning clocks")
-    for file, f in align_files.items():
-        raw[file] = pl.read_ipc(f)
+    # the alignment reads each capture's columns once, in turn: mapped back only then, so that one
+    # capture's are in memory at a time rather than all four beside the alignment's working tables
+    al = align_bundle(bundle, reference, decoder=decoder, tables=_IpcTables(align_files) if spill_dir else raw)
+    for f in align_files.values():
         os.remove(f)
-    al = align_bundle(bundle, reference, decoder=decoder, tables=raw)
     _release_freed_memory()
     tl = Timeline(bundle, al, bin_ns=bin_ns, errors=errors, _spill_dir=spill_dir, read_stats=read_stats)
     if spill_dir is not None:
         weakref.finalize(tl, shutil.rmtree, spill_dir, True)
     for e in bundle.captures:
-        if e.file not in raw:
+        if e.file not in (raw if spill_dir is None else raw_files):
             continue
-        src: Any = raw.pop(e.file)
-        if spill_dir is not None:
-            src = pl.scan_ipc(raw_files[e.file])
+        src: Any = raw.pop(e.file) if spill_dir is None else pl.scan_ipc(raw_files[e.file])
         df = src.with_columns(
             pl.lit(e.file, pl.String).alias("capture_file"), pl.lit(e.vantage, pl.String).alias("vantage"),
             pl.lit(e.clock, pl.String).alias("clock"), pl.lit(e.kind, pl.String).alias("kind"),
