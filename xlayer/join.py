@@ -272,10 +272,15 @@ def _attempts(air: pl.DataFrame) -> pl.DataFrame:
     return d.sort("_i").with_columns(pl.int_range(pl.len()).over("gid").cast(pl.UInt32).alias("attempt"))
 
 
-def _ba_bits(ba: pl.DataFrame) -> pl.DataFrame:
-    """Return (ba_i, frame, ts_ns, ta, ra, seq) for every sequence number a Block Ack bitmap marks received."""
+def _ba_bits(ba: pl.DataFrame, columns: tuple[str, ...] | None = None) -> pl.DataFrame:
+    """Return (ba_i, frame, ts_ns, ta, ra, seq) for every sequence number a Block Ack bitmap marks received
+    (only `columns` of them, when given)."""
     ba = ba.filter(pl.col("wlan_ba_bitmap").is_not_null() & pl.col("wlan_ba_ssn").is_not_null()
                    & (pl.col("wlan_ba_bitmap").str.len_chars() % 2 == 0))
+    schema = {"ba_i": pl.UInt32, "ba_frame": pl.Int64, "ba_ts": pl.Int64, "ba_ta": pl.Utf8, "ba_ra": pl.Utf8,
+              "mac_seq": pl.Int64}
+    want = [c for c in schema if columns is None or c in columns]
+    src = {"ba_i": "_i", "ba_frame": "frame", "ba_ts": "ts_ns", "ba_ta": "wlan_ta", "ba_ra": "wlan_ra"}
     out = []
     for n, part in ba.group_by(pl.col("wlan_ba_bitmap").str.len_chars().alias("_n")):
         nbytes = int(n[0]) // 2
@@ -289,13 +294,13 @@ def _ba_bits(ba: pl.DataFrame) -> pl.DataFrame:
         bits = np.unpackbits(np.frombuffer(raw, np.uint8).reshape(-1, nbytes), axis=1, bitorder="little")
         r, off = np.nonzero(bits)
         ssn = part["wlan_ba_ssn"].to_numpy().astype(np.int64)
-        out.append(pl.DataFrame({
-            "ba_i": part["_i"].to_numpy()[r], "ba_frame": part["frame"].to_numpy()[r],
-            "ba_ts": part["ts_ns"].to_numpy()[r], "ba_ta": part["wlan_ta"].to_numpy()[r],
-            "ba_ra": part["wlan_ra"].to_numpy()[r], "mac_seq": ((ssn[r] + off) % 4096).astype(np.int64)}))
+        # one row per bit set: the Block Ack's columns gathered by polars (the addresses as Python objects,
+        # one per bit, were the largest part), and only those asked for
+        idx = pl.Series(r)
+        out.append(pl.DataFrame([part.get_column(src[c]).gather(idx).alias(c) if c != "mac_seq"
+                                 else pl.Series("mac_seq", ((ssn[r] + off) % 4096).astype(np.int64)) for c in want]))
     if not out:
-        return pl.DataFrame(schema={"ba_i": pl.UInt32, "ba_frame": pl.Int64, "ba_ts": pl.Int64, "ba_ta": pl.Utf8,
-                                    "ba_ra": pl.Utf8, "mac_seq": pl.Int64})
+        return pl.DataFrame(schema={c: schema[c] for c in want})
     return pl.concat(out, how="vertical_relaxed")
 
 
@@ -304,7 +309,9 @@ def _confirm(air: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
     nxt = air.select("_i", pl.col("wlan_type").shift(-1).alias("_nt"), pl.col("wlan_subtype").shift(-1).alias("_ns"),
                      pl.col("wlan_ra").shift(-1).alias("_nra"), pl.col("ts_ns").shift(-1).alias("_nts"),
                      pl.col("frame").shift(-1).alias("_nframe"))
-    att = att.join(nxt, on="_i", how="left")
+    # (`_join_left` here and below: only the key column goes through the join, not a copy of every attempt column)
+    att = _join_left(att, nxt, ["_i"])
+    del nxt
     is_ack = ((pl.col("_nt") == 1) & (pl.col("_ns") == 13) & (pl.col("_nra") == pl.col("ta"))
               & ((pl.col("_nts") - pl.col("ts_ns")).abs() <= ACK_WINDOW_NS)).fill_null(False)
     att = att.with_columns(pl.when(is_ack).then(pl.col("_nframe")).alias("_ack_frame")) \
@@ -319,10 +326,13 @@ def _confirm(air: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
         q = att.select("_i", "ta", "ra", "mac_seq", ppdu_end.alias("_end")).sort("_end")
         q = q.join_asof(bas, left_on="_end", right_on="ba_ts", by=["ta", "ra"], strategy="forward",
                         tolerance=BA_WINDOW_NS, check_sortedness=False)
-        bits = _ba_bits(ba).select("ba_frame", pl.col("mac_seq").cast(pl.UInt16), pl.lit(True).alias("_set"))
-        q = q.join(bits, on=["ba_frame", "mac_seq"], how="left") \
-            .select("_i", pl.when(pl.col("_set")).then(pl.col("ba_frame")).alias("_ba_frame"))
-        att = att.join(q, on="_i", how="left")
+        # the bits set, as one integer per (Block Ack frame, sequence number): a membership test on it holds
+        # far less than a two-column join of every attempt against every bit (one bit per pair and frame)
+        pair = pl.col("ba_frame") * 4096 + pl.col("mac_seq").cast(pl.Int64)
+        bits = _ba_bits(ba, ("ba_frame", "mac_seq")).select(pair.alias("_k")).get_column("_k")
+        q = q.select("_i", pl.when(pair.is_in(bits.implode())).then(pl.col("ba_frame")).alias("_ba_frame"))
+        del bits
+        att = _join_left(att, q, ["_i"])
     else:
         att = att.with_columns(pl.lit(None, pl.Int64).alias("_ba_frame"))
     return att.with_columns(
@@ -395,16 +405,17 @@ def analyse_air(air: pl.DataFrame, file: str) -> dict[str, pl.DataFrame]:
     return _analyse_usable(_usable_air(air), file)
 
 
-def _analyse_usable(air: pl.DataFrame, file: str) -> dict[str, pl.DataFrame]:
-    """Return `analyse_air` of the air records `_usable_air` kept."""
+def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[str, pl.DataFrame]:
+    """Return `analyse_air` of the air records `_usable_air` kept (`compact`: see `_compact_air`)."""
     att = _confirm(air, _attempts(air))
     space, seq_of = _seq_spaces(air)
-    att = att.join(seq_of.select("_i", "useq"), on="_i", how="left")
+    att = _join_left(att, seq_of.select("_i", "useq"), ["_i"])
     del seq_of
     # what needs the air records is done first, so that they are freed before the MSDU groups are built
     # (of the Block Ack bits, capture loss reads only the distinct (transmitter, receiver, seq): one row per
     # bit set, with two address strings, would be one of the largest tables held here)
-    bits = (_ba_bits(air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 9)))
+    bits = (_ba_bits(air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 9)),
+                     ("ba_ta", "ba_ra", "mac_seq"))
             .select(pl.col("ba_ra").alias("ta"), pl.col("ba_ta").alias("ra"), "mac_seq").unique())
     orphans = _orphan_acks(air)
     span = (int(air["ts_ns"].min()), int(air["ts_ns"].max())) if air.height else (0, -1)
@@ -447,10 +458,18 @@ def _analyse_usable(air: pl.DataFrame, file: str) -> dict[str, pl.DataFrame]:
     att = att.select(*_ATT_KEEP, "gid", "attempt", "acked", "acked_by", "ack_frame")
     # and of the sequence spaces what places a packet's MPDU (`downlink_one`)
     space = space.select("ta", "ra", "_tid", "useq", "holes")
-    # their strings copied out of the air records' buffers (string views share them): see `_compact`
-    grp, space, stations = _compact(grp), _compact(space), _compact(stations)
-    return {"attempts": att, "groups": grp, "space": space, "stations": stations, "loss": loss,
-            "span": pl.DataFrame({"start": [span[0]], "end": [span[1]]})}
+    out = {"attempts": att, "groups": grp, "space": space, "stations": stations, "loss": loss,
+           "span": pl.DataFrame({"start": [span[0]], "end": [span[1]]})}
+    del att, grp, space, stations
+    return _compact_air(out) if compact else out
+
+
+def _compact_air(a: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Return `_analyse_usable`'s tables with the groups', spaces' and stations' strings copied out of the air
+    records' buffers (string views share them: see `_compact`)."""
+    for k in ("groups", "space", "stations"):
+        a[k] = _compact(a[k])
+    return a
 
 
 # ---------------------------------------------------------------------------------------------
@@ -497,11 +516,15 @@ _GROUP_INFO = ("air_capture_file", "first_air_frame", "last_air_frame", "first_a
                "ack_frame")
 
 
+# what `_merge_groups` reads of the matched groups (besides the packet column)
+_MERGE_COLS = ("air_capture_file", "first_air_frame", "first_air_ts_ns", "_start", "mac_seq", "tid", "ta", "ra", "useq",
+               "gid", "last_air_frame", "last_air_ts_ns", "n_attempts", "n_retries", "n_fragments", "rates_mbps",
+               "ampdu", "acked_by", "ack_frame")
+
+
 def _merge_groups(m: pl.DataFrame, by: str) -> pl.DataFrame:
     """Return one row per `by`: the matched MSDU groups of one packet merged (normally just one)."""
-    m = m.select(by, "air_capture_file", "first_air_frame", "first_air_ts_ns", "_start", "mac_seq", "tid", "ta", "ra",
-                 "useq", "gid", "last_air_frame", "last_air_ts_ns", "n_attempts", "n_retries", "n_fragments",
-                 "rates_mbps", "ampdu", "acked_by", "ack_frame")
+    m = m.select(by, *_MERGE_COLS)
     return m.sort("first_air_frame").group_by(by).agg(
         *(pl.col(c).first() for c in ("air_capture_file", "first_air_frame", "first_air_ts_ns", "_start", "mac_seq",
                                       "tid", "ta", "ra", "useq", "gid")),
@@ -533,6 +556,27 @@ def _join_left(d: pl.DataFrame, right: pl.DataFrame, on: list[str], nulls_equal:
     return d.hstack(add.drop(on).get_columns())
 
 
+def _join_holes(d: pl.DataFrame, sp: pl.DataFrame) -> pl.DataFrame:
+    """Return `d` left-joined to the sequence spaces' holes `sp` on (ta, _sra, _tid, useq), nulls equal."""
+    on = ["ta", "_sra", "_tid"]
+    lo, hi = sp.select(pl.col("useq").min().alias("lo"), pl.col("useq").max().alias("hi")).row(0)
+    dlo, dhi = d.select(pl.col("useq").min().alias("lo"), pl.col("useq").max().alias("hi")).row(0)
+    lo, hi = min(x for x in (lo, dlo, 0) if x is not None), max(x for x in (hi, dhi, 0) if x is not None)
+    if lo < -(1 << 39) or hi >= 1 << 39:      # (the one integer below would not be unique)
+        return _join_left(d, sp, [*on, "useq"], nulls_equal=True)
+    # A join on the four columns of a million rows, two of them address strings, held some 300 MB of
+    # encoded keys: the few spaces are numbered first and the rows joined on one integer instead.
+    ids = sp.select(on).unique().with_row_index("_sid")
+    key = (pl.col("_sid").cast(pl.Int64) * (1 << 40) + pl.col("useq")).alias("_k")
+    right = sp.join(ids, on=on, how="left", nulls_equal=True).select(key, "holes")
+    left = d.select(*on, "useq").join(ids, on=on, how="left", nulls_equal=True, maintain_order="left").select(key)
+    add = left.join(right, on="_k", how="left", maintain_order="left")
+    del left, right
+    if add.height != d.height:      # a key repeated in `sp`: as `_join_left` does then
+        return _join_left(d, sp, [*on, "useq"], nulls_equal=True)
+    return d.hstack([add.get_column("holes")])
+
+
 _DOWN_COLS = tuple(c.name for c in DOWNLINK)
 _UP_COLS = tuple(c.name for c in UPLINK)
 
@@ -557,18 +601,21 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> tuple[pl.DataFr
                     right_on="_wts", by="key", strategy="nearest", tolerance=MATCH_WINDOW_NS + SLACK_NS,
                     check_sortedness=False)
     del g             # the matching's working tables are freed as soon as used: this is the join's busiest moment
-    m = m.filter(pl.col("_w").is_not_null())
+    # lazily: the filter copies only what is read next, not every column of the groups
+    m = m.lazy().filter(pl.col("_w").is_not_null()).select("_w", *_MERGE_COLS).collect()
     gmap = m.select("gid", "_w")
     per = _merge_groups(m, "_w")
     del m
-    d = w.join(per, on="_w", how="left").with_columns(_space_cols())
+    # (each working column is dropped once read for the last time: these rows are a million wide)
+    d = w.join(per, on="_w", how="left").with_columns(_space_cols()).drop("ra")
     del per
     # holes (sequence numbers missed before it) of each matched packet's MPDU
     sp = a["space"].select("ta", pl.col("ra").alias("_sra"), "_tid", "useq", "holes")
-    d = _join_left(d, sp, ["ta", "_sra", "_tid", "useq"], nulls_equal=True)
+    d = _join_holes(d, sp).drop("useq")
+    del sp
     matched = pl.col("gid").is_not_null()
     # an unseen packet's space: the one its station's packets of the same DSCP used (else the station's)
-    seen = d.filter(matched)
+    seen = d.lazy().filter(matched).select("station", "ip_dscp", "ta", "_sra", "_tid").collect()
     by_dscp = seen.group_by("station", "ip_dscp").agg(pl.col("ta").mode().first().alias("_pta"),
                                                        pl.col("_sra").mode().first().alias("_psra"),
                                                        pl.col("_tid").mode().first().alias("_ptid"))
@@ -583,14 +630,14 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> tuple[pl.DataFr
         pl.when(matched).then(pl.col("_sra")).when(have_p).then(pl.col("_psra")).otherwise(pl.col("_qsra"))
         .alias("_sra"),
         pl.when(matched).then(pl.col("_tid")).when(have_p).then(pl.col("_ptid")).otherwise(pl.col("_qtid"))
-        .alias("_tid"))
+        .alias("_tid")).drop("ta", "_pta", "_psra", "_ptid", "_qta", "_qsra", "_qtid")
     part = ["station", "_sta", "_sra", "_tid"]
     # in wired order within each space (the windows order the rows: sorting every column would copy them)
     order = ["ts_ns", "frame"]
     d = d.with_columns(
         pl.col("holes").forward_fill().over(part, order_by=order).alias("_hp"),
         pl.col("holes").backward_fill().over(part, order_by=order).alias("_hn"),
-        matched.cast(pl.Int64).cum_sum().over(part, order_by=order).alias("_seg"))
+        matched.cast(pl.Int64).cum_sum().over(part, order_by=order).alias("_seg")).drop("holes")
     # Which unseen packets of a segment took the missing sequence numbers: with the AP's queue full, a
     # drop-tail queue accepts a packet only if a slot freed since the previous arrival, i.e. the AP
     # dequeued some MPDU (of any station: the queue is shared) for its first transmission in between;
@@ -602,7 +649,7 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> tuple[pl.DataFr
                        (pl.col("_hn") - pl.col("_hp").fill_null(0)).clip(lower_bound=0).alias("_gap"))
     # unmatched rows follow their segment's matched row (if any): rank among the unseen starts at 0
     d = d.with_columns(pl.when(pl.col("_hp").is_not_null() & (pl.col("_seg") > 0)).then(pl.col("_rank") - 1)
-                       .otherwise(pl.col("_rank")).alias("_rank"))
+                       .otherwise(pl.col("_rank")).alias("_rank")).drop("_hp", "_seg", "_deq")
     prot = a["groups"].filter(pl.col("direction") == "down").group_by("station").agg(
         (pl.col("protected").mean() > 0.5).alias("_prot"))
     d = _join_left(d, prot, ["station"])
@@ -627,7 +674,7 @@ def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> tuple[pl.DataFram
     m = (w.select("_w", "key", (pl.col("ts_ns") + SLACK_NS).alias("_t")).sort("_t")
          .join_asof(g, left_on="_t", right_on="first_air_ts_ns", by="key", strategy="nearest",
                     tolerance=MATCH_WINDOW_NS + SLACK_NS, check_sortedness=False)
-         .filter(pl.col("gid").is_not_null()))
+         .lazy().filter(pl.col("gid").is_not_null()).select("_w", *_MERGE_COLS).collect())
     gmap = m.select("gid", "_w")
     per = _merge_groups(m, "_w")
     del m
@@ -674,15 +721,20 @@ def _choose(rows: pl.DataFrame) -> pl.DataFrame:
 
 def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
     """Return the downlink, uplink, attempts and capture_loss tables of a timeline."""
-    airs = [(e.file, _analyse_usable(_usable_air(tl.packets(e.file, columns=_AIR)), e.file)) for e in tl.entries("air")]
     # A spilled timeline (a large bundle) has a scratch directory: the attempts wait there, not in memory,
     # while the wired side is joined (they are needed again only at the end).
     scratch = getattr(tl, "_spill_dir", None)
     att_files: dict[str, str] = {}
-    if scratch is not None:
-        for n, (f, a) in enumerate(airs):
-            att_files[f] = os.path.join(scratch, f"join-attempts-{n}.arrow")
-            a.pop("attempts").write_ipc(att_files[f], compression="uncompressed")
+    airs = []
+    for n, e in enumerate(tl.entries("air")):
+        a = _analyse_usable(_usable_air(tl.packets(e.file, columns=_AIR)), e.file, compact=False)
+        if scratch is not None:
+            att_files[e.file] = os.path.join(scratch, f"join-attempts-{n}.arrow")
+            a.pop("attempts").write_ipc(att_files[e.file], compression="uncompressed")
+        # the kept tables' strings copied out only now: the attempts, which share the air records' string
+        # buffers too, are gone, so the old buffers are freed as the copies are made, not held beside them
+        airs.append((e.file, _compact_air(a)))
+        del a
     loss = pl.concat([a["loss"] for _, a in airs], how="vertical_relaxed") if airs else None
     ap = _ap_files(tl)
     stations = (pl.concat([a["stations"] for _, a in airs]).unique() if airs
@@ -769,13 +821,20 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
     if airs:
         gm = pl.concat(gmaps).join(wired.select("_w", pl.col("capture_file").alias("wired_capture_file"),
                                                 pl.col("frame").alias("wired_frame")), on="_w")
+        gm = gm.drop("_w").unique(["capture_file", "gid"])
+        parts = []
         for f, a in airs:
             if f in att_files:
                 a["attempts"] = pl.read_ipc(att_files[f])
                 os.remove(att_files[f])
-        att = pl.concat([a["attempts"].with_columns(pl.lit(f).alias("capture_file")) for f, a in airs],
-                        how="diagonal_relaxed")
-        att = att.join(gm.drop("_w").unique(["capture_file", "gid"]), on=["capture_file", "gid"], how="left")
+            # one air capture at a time, joined on the group id alone: only that key column goes through
+            # the join (`_join_left`), not a copy of every attempt column
+            g = gm.filter(pl.col("capture_file") == f).drop("capture_file")
+            parts.append(_join_left(a.pop("attempts"), g, ["gid"]).with_columns(pl.lit(f).alias("capture_file")))
+            del g
+        del gm
+        att = pl.concat(parts, how="diagonal_relaxed")
+        del parts
     else:
         att = None
     return {

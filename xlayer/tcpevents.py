@@ -308,14 +308,15 @@ def _first_ack(left: pl.DataFrame, t: pl.DataFrame, need: str) -> pl.DataFrame:
     acks = acks.with_columns(pl.col("ack_u").cum_max().over(G).alias("cm"))
     r1 = acks.select(*G, pl.col("frame").alias("_f"), pl.col("frame").alias("f1"), pl.col("ts_ns").alias("t1"),
                      pl.col("tsecr").alias("e1"), pl.col("cm").alias("cm1")).sort("_f")
-    out = left.with_row_index("_i").sort("frame").join_asof(
-        r1, left_on="frame", right_on="_f", by=G, strategy="forward", allow_exact_matches=False,
-        check_sortedness=False).drop("_f")
-    del r1            # each working table is freed once used: `t` and `left` are held meanwhile
+    # made before the first look-up, so that all the ACKs are not held through it beside their two views
     r2 = acks.unique([*G, "cm"], keep="first", maintain_order=True).select(
         *G, pl.col("cm").alias("_cm"), pl.col("frame").alias("f2"), pl.col("ts_ns").alias("t2"),
         pl.col("tsecr").alias("e2")).sort("_cm")
     del acks
+    out = left.with_row_index("_i").sort("frame").join_asof(
+        r1, left_on="frame", right_on="_f", by=G, strategy="forward", allow_exact_matches=False,
+        check_sortedness=False).drop("_f")
+    del r1            # each working table is freed once used: `t` and `left` are held meanwhile
     out = out.sort(need).join_asof(r2, left_on=need, right_on="_cm", by=G, strategy="forward",
                         check_sortedness=False).drop("_cm")
     ok1 = pl.col("cm1") >= pl.col(need)
@@ -329,7 +330,7 @@ def _first_ack(left: pl.DataFrame, t: pl.DataFrame, need: str) -> pl.DataFrame:
 def _rto(t: pl.DataFrame, cand_seq: pl.DataFrame, cand_frames: pl.DataFrame) -> pl.DataFrame:
     """Return (conn, dir, ts_ns, srtt, rto) after each RTT sample (RFC 6298; Karn: never-retransmitted data)."""
     d = t.lazy().filter(pl.col("data")).select(*G, "frame", "ts_ns", "seq_u", "end_u").collect()
-    d = d.join(cand_seq, on=[*G, "seq_u"], how="anti")
+    d = d.join(cand_seq, on=[*G, "seq_u"], how="anti").drop("seq_u")
     s = _first_ack(d, t, "end_u").filter(pl.col("ack_ts").is_not_null())
     # An ACK that comes only after a retransmission filled a hole below the segment measures the recovery,
     # not the path: drop samples with a retransmission of the direction between segment and ACK.
@@ -358,6 +359,12 @@ def _analyze(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame
 # columns of `prepare` that only served `prepare` itself (and `sides`)
 _SPENT = ("ip_version", "tcp_flags", "tcp_win", "tcp_len", "tcp_ack", "prev_win", "prev_ack", "nxt0", "dup0", "rev_ka",
           "adv", "rev_win")
+# columns of `prepare` that only the retransmission candidates read (and `sides`: ip_ttl)
+_CAND_ONLY = ("ip_ttl", "nxt", "nxt_ts", "nxt_frame", "nxt_ipid", "nxt_tsval", "sack_max", "rev_ack", "rev_dup",
+              "rev_sack", "rev_ts", "prev_conn_ts")
+# columns of `prepare` that only `_events` (and the steps before it) read
+_EVENTS_ONLY = ("flow", "syn", "fin", "rst", "len", "win", "base", "rbase", "zwp", "keepalive", "dupack", "dupnum",
+                "dup_ref", "tcp_wscale")
 
 
 def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -368,6 +375,8 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     cand = t.filter(pl.col("seg") & pl.col("nxt").is_not_null() & (pl.col("seq_u") < pl.col("nxt"))
                     & ~pl.col("keepalive") & ~pl.col("zwp")
                     & ~((pl.col("len") > 1) & (pl.col("seq_u") == pl.col("nxt") - 1)))
+    # the state only the candidates read: dropped from the working rows, which are held to the end
+    t = t.drop(*_CAND_ONLY)
     # the original: the first earlier frame starting at the same sequence number, else one covering it
     firsts = t.lazy().filter(pl.col("seg")).select(*G, "seq_u", "frame", "ts_ns", "len", "ip_id", "tcp_tsval",
                                                     "end_u").collect() \
@@ -382,6 +391,7 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     cand = cand.sort("seq_u").join_asof(cover, left_on="seq_u", right_on="c_seq", by=G, strategy="backward",
                                         check_sortedness=False,
                                         allow_exact_matches=False)
+    del firsts, cover     # one row per segment start (two copies): not held through the steps below
     use_c = (pl.col("o_frame").is_null() | (pl.col("o_frame") >= pl.col("frame"))) \
         & (pl.col("co_end") > pl.col("seq_u")) & (pl.col("co_frame") < pl.col("frame"))
     same = pl.col("o_frame") < pl.col("frame")
@@ -413,6 +423,10 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     rmethod = pl.when(pl.col("_ido").is_not_null() & (pl.col("_ido") != 0)).then(pl.lit("ip_id")) \
         .when(pl.col("_tso").is_not_null() & (pl.col("_tso") != 0)).then(pl.lit("tsval")).otherwise(pl.lit("timing"))
     cand = cand.with_columns(reorder.alias("reorder"), rmethod.alias("_rm"))
+    # the events need no more of the candidates than this: made now, so that the columns only they read are
+    # dropped from the working rows before the RTT samples and ACK look-ups below, the busiest steps
+    ev = _events(t, cand.sort("conn", "dir", "frame"))
+    t = t.drop(*_EVENTS_ONLY)
 
     # --- trigger of real retransmissions ---
     retx = ~pl.col("netdup") & ~pl.col("reorder")
@@ -484,7 +498,9 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
                              pl.lit(None, pl.Boolean).alias("ev_rx"), pl.lit(None, pl.String).alias("rx_capture"),
                              pl.lit(None, pl.Int64).alias("rx_frame"))
     cand = cand.sort("conn", "dir", "frame")
-    return t, cand, _events(t, cand)
+    # `t` without the columns only the candidates and the events read: `build` reads of it what `_originals`,
+    # `_rx_rows` and `_rx_span` do
+    return t, cand, ev
 
 
 def _handshake_rtt(t: pl.DataFrame) -> pl.DataFrame:
