@@ -196,7 +196,8 @@ PREP_FIRST_BYTES = 4 << 20  # a small first chunk: decoding waits for the walk o
 
 
 class _Prepared:
-    """A thread that walks a capture's chunks and makes their FCS checks, PREP_AHEAD ahead."""
+    """A thread that walks a capture's chunks, checks their FCSs and makes the decoders' first
+    gathers, up to PREP_AHEAD chunks ahead of the reader; iterate it once, to the end or to a close."""
 
     def __init__(self, chunks: Iterator[RecordChunk], fcs: bool, ahead: bool):
         import queue
