@@ -24,12 +24,24 @@ def test_built_in_ci() -> None:
     assert accel.AVAILABLE, "parsers._walk did not build: pip install -e . needs a C compiler"
 
 
-def _read(path: str, chunk_bytes: int) -> tuple:
+def _read(path: str, chunk_bytes: int, threads: int = 1) -> tuple | str:
+    """Return (table, counts) of a read, or the refusal as text (a refused file must be refused alike)."""
     st = IngestStats()
-    df = read_capture(path, stats=st, threads=1, chunk_bytes=chunk_bytes)
+    try:
+        df = read_capture(path, stats=st, threads=threads, chunk_bytes=chunk_bytes)
+    except Exception as exc:  # noqa: BLE001
+        return repr(exc)
     d = st.as_dict()
     d.pop("path")
     return df, d
+
+
+def _assert_same(a: tuple | str, b: tuple | str, rel: str) -> None:
+    if isinstance(a, str) or isinstance(b, str):
+        assert a == b, rel
+        return
+    assert a[0].equals(b[0], null_equal=True), rel
+    assert a[1] == b[1], rel
 
 
 @needs_accel
@@ -42,21 +54,11 @@ def test_same_tables_as_python_loops(monkeypatch, chunk_bytes: int) -> None:
     assert len(files) > 150
     for rel in files:
         path = str(root / rel)
-        try:
-            fast = _read(path, chunk_bytes)
-        except Exception as exc:  # noqa: BLE001 - a refused file must be refused both ways alike
-            fast = repr(exc)
+        fast = _read(path, chunk_bytes)
         monkeypatch.setattr(accel, "AVAILABLE", False)
-        try:
-            slow = _read(path, chunk_bytes)
-        except Exception as exc:  # noqa: BLE001
-            slow = repr(exc)
+        slow = _read(path, chunk_bytes)
         monkeypatch.setattr(accel, "AVAILABLE", True)
-        if isinstance(fast, str) or isinstance(slow, str):
-            assert fast == slow, rel
-            continue
-        assert fast[0].equals(slow[0], null_equal=True), rel
-        assert fast[1] == slow[1], rel
+        _assert_same(fast, slow, rel)
 
 
 @needs_accel
@@ -132,22 +134,7 @@ def test_walk_thread_gives_the_same_tables(monkeypatch) -> None:
     root = corpus_or_skip()
     for rel in capture_files():
         path = str(root / rel)
-        got = []
-        for threads in (1, 2):
-            st = IngestStats()
-            try:
-                df = read_capture(path, stats=st, threads=threads, chunk_bytes=4096)
-            except Exception as exc:  # noqa: BLE001 - refused alike both ways
-                got.append(repr(exc))
-                continue
-            d = st.as_dict()
-            d.pop("path")
-            got.append((df, d))
-        if isinstance(got[0], str) or isinstance(got[1], str):
-            assert got[0] == got[1], rel
-        else:
-            assert got[1][0].equals(got[0][0], null_equal=True), rel
-            assert got[1][1] == got[0][1], rel
+        _assert_same(_read(path, 4096, threads=2), _read(path, 4096), rel)
 
 
 @needs_accel
