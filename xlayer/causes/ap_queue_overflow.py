@@ -76,7 +76,7 @@ def _wired(ctx: Context, w: Window) -> CauseFinding | None:
                                                                        pl.len().alias("bursts"))
     # The loss appears on every pair spanning the queue; the pair with the fewest hops that shows it
     # all (the fewest total packets lost elsewhere) is where the queue is: take the largest count.
-    best = pairs.sort("lost", descending=True).row(0, named=True)
+    best = pairs.sort(["lost", "vantage_a", "vantage_b"], descending=[True, False, False]).row(0, named=True)
     n = int(best["lost"])
     sent = ctx.table("loss").filter((pl.col("vantage_a") == best["vantage_a"]) & (pl.col("vantage_b") == best["vantage_b"]))
     offered = int(sent["sent"].sum()) if sent.height else n

@@ -25,7 +25,8 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     if sp.height == 0:
         return None
     # One vantage counts (the sender's sees them all): the capture with the most such rows.
-    best = sp.group_by("capture_file").len().sort("len", descending=True)["capture_file"][0]
+    # ties (two captures that see every one) go to the first file name, so the answer does not vary between runs
+    best = sp.group_by("capture_file").len().sort(["len", "capture_file"], descending=[True, False])["capture_file"][0]
     sp = sp.filter(pl.col("capture_file") == best).sort("ts_ns")
     n = sp.height
     # Episodes: a timeout and the go-back-N burst after it are one.
