@@ -1,9 +1,9 @@
-"""Build the optional C record walker (parsers/_walk.c); everything else is in setup.cfg.
+"""Build the optional C record walker (parsers/columnar/_walk.c); everything else is in setup.cfg.
 
 The extension is optional: where it cannot be compiled (no C compiler), the install goes on and
-parsers/accel.py uses the pure-Python loops, which give the same tables more slowly.
+parsers/columnar/accel.py uses the pure-Python loops, which give the same tables more slowly.
 """
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("parsers._walk", ["parsers/_walk.c"], optional=True,
+setup(ext_modules=[Extension("parsers.columnar._walk", ["parsers/columnar/_walk.c"], optional=True,
                              extra_compile_args=["-O2"])])

@@ -32,8 +32,8 @@ def _seeds() -> list[Path]:
 
 def _work(args: tuple[int, int, int]) -> dict:
     from parsers import IngestStats, read_capture
-    from parsers.mutate import mutate
-    from parsers.records import CaptureError
+    from tests.helpers.mutate import mutate
+    from parsers.formats.records import CaptureError
 
     start, count, seed = args
     seeds = [p.read_bytes() for p in _seeds()]

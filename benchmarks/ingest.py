@@ -165,7 +165,7 @@ METHODS = {"xlayer": run_xlayer, "xlayer-all": run_xlayer_all, "xlayer-1thread":
            "xlayer-stream": run_xlayer_stream, "tshark": run_tshark, "dpkt": run_dpkt, "scapy": run_scapy}
 
 
-_IMPORTS = {"xlayer": ["parsers.ingest"], "xlayer-all": ["parsers.ingest"], "xlayer-1thread": ["parsers.ingest"],
+_IMPORTS = {"xlayer": ["parsers.decode.ingest"], "xlayer-all": ["parsers.decode.ingest"], "xlayer-1thread": ["parsers.decode.ingest"],
             "xlayer-stream": ["xlayer.ingest"], "tshark": ["polars", "parsers.tshark"],
             "dpkt": ["dpkt", "polars"], "scapy": ["scapy.all", "polars"]}
 

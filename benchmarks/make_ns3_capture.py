@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# The capture writers (C++, compiled into ns-3 by cppyy) and the pcap checks live in xlayer.sim,
+# The capture writers (C++, compiled into ns-3 by cppyy) and the pcap checks live in xlayer.testbeds.sim,
 # which the simulated experiments (`xlayer sim`) use too: run from a checkout, import it from there.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 _PARTIAL = ".part"
 
 if TYPE_CHECKING:
-    from xlayer.sim.pcapfile import PcapSummary
+    from xlayer.testbeds.sim.pcapfile import PcapSummary
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def _simulate(sc: Scenario) -> dict[str, object]:
     # Imported here so that only the child process ever loads cppyy/ns-3.
     from ns import ns  # noqa: PLC0415
 
-    from xlayer.sim import native  # noqa: PLC0415
+    from xlayer.testbeds.sim import native  # noqa: PLC0415
 
     sinks = native.load()
 
@@ -206,7 +206,7 @@ def _simulate(sc: Scenario) -> dict[str, object]:
     onoff_app.Start(ns.Seconds(0.4))
     apps += [udp_sink, udp_sink_app, onoff, onoff_app]
 
-    # The capture sinks are C++ (xlayer.sim.native) for two reasons. Speed: a Python sink would run
+    # The capture sinks are C++ (xlayer.testbeds.sim.native) for two reasons. Speed: a Python sink would run
     # once per MPDU. Control of the files: with EnablePcap, ns-3 owns the pcap writers and only
     # flushes them when the PHY or device object is finally deleted, which after Simulator::Destroy
     # depends on when Python drops its references (a run that skipped that lost the last few KiB of
@@ -263,7 +263,7 @@ def _run_child(sc: Scenario) -> int:
 
 def _publish(outdir: Path, name: str) -> PcapSummary:
     """Check a capture the child wrote and give it its final name."""
-    from xlayer.sim.pcapfile import count_pcap  # noqa: PLC0415 - only after the child is done
+    from xlayer.testbeds.sim.pcapfile import count_pcap  # noqa: PLC0415 - only after the child is done
 
     part = outdir / (name + _PARTIAL)
     summary = count_pcap(part)

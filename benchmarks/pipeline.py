@@ -4,8 +4,8 @@
     python benchmarks/pipeline.py BUNDLE [--skip-tshark]
 
 Runs the pipeline as `xlayer metrics` does, in a child process (its peak RSS is its own):
-`xlayer.timeline.open_timeline(BUNDLE)` (every packet capture read once, clocks aligned), then
-`xlayer.metrics_out.write_metrics` writing every metric table to Parquet in a temporary directory,
+`xlayer.timeline.open.open_timeline(BUNDLE)` (every packet capture read once, clocks aligned), then
+`xlayer.metrics.export.write_metrics` writing every metric table to Parquet in a temporary directory,
 module by module: each module computes its tables, they are written, and the caller holds none of
 them (a large bundle's timeline spills finished tables to its temporary Arrow files, as it does the
 packet tables).  For comparison, tshark merely dissects each packet capture of the bundle
@@ -31,8 +31,8 @@ sys.path.insert(0, REPO)
 
 def child(bundle: str) -> None:
     """Run the pipeline and print one JSON line: rows per table, seconds per stage, peak RSS."""
-    from xlayer.metrics_out import write_metrics
-    from xlayer.timeline import open_timeline
+    from xlayer.metrics.export import write_metrics
+    from xlayer.timeline.open import open_timeline
 
     t0 = time.perf_counter()
     tl = open_timeline(bundle)
@@ -98,7 +98,7 @@ def main() -> int:
         print(f"  {name:18s} {n:>10,} rows  {res['stage_s'].get(name, 0):7.1f} s  "
               f"peak RSS so far {res['peak_rss_after_mb'].get(name, 0):6.0f} MB")
     if not a.skip_tshark:
-        from xlayer.bundle import open_bundle
+        from xlayer.bundle.manifest import open_bundle
 
         b = open_bundle(a.bundle)
         t = time.perf_counter()

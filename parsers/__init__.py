@@ -13,9 +13,10 @@ import os as _os
 _os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:100,muzzy_decay_ms:100")
 
 _LAZY = {
-    "IngestStats": "ingest", "iter_tables": "ingest", "read_capture": "ingest",
-    "CaptureError": "records",
-    "read_ss": "ss", "read_tcpinfo_jsonl": "tcpinfo", "read_iperf3_json": "iperf3", "read_flent": "iperf3",
+    "IngestStats": "decode.ingest", "iter_tables": "decode.ingest", "read_capture": "decode.ingest",
+    "CaptureError": "formats.records",
+    "read_ss": "hoststate.ss", "read_tcpinfo_jsonl": "hoststate.tcpinfo", "read_iperf3_json": "hoststate.iperf3",
+    "read_flent": "hoststate.iperf3",
 }
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from .columns import escape_bytes
-from .schema import SACK_DTYPE, SCHEMA
+from parsers.columnar.columns import escape_bytes
+from parsers.schema import SACK_DTYPE, SCHEMA
 
 AGG = "\x1f"  # occurrence separator: a byte no field value contains
 

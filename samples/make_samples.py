@@ -57,7 +57,7 @@ def bundle_bytes(d: Path) -> int:
 
 def make(sample: Sample, out_root: Path, log=print) -> dict:
     """Simulate `sample` into out_root/<name>; return its truth."""
-    from xlayer.sim import get_scenario, run_scenario
+    from xlayer.testbeds.sim import get_scenario, run_scenario
 
     sc = get_scenario(sample.scenario)
     if sample.ssid is not None:
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=HERE, help="where the sample directories go (default: samples/)")
     args = p.parse_args(argv)
 
-    from xlayer.sim import ns3_available
+    from xlayer.testbeds.sim import ns3_available
 
     ok, why = ns3_available()
     if not ok:

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import re
 
-from parsers import hoststate
+import parsers.hoststate.common as hoststate
 from parsers.schema import markdown_table
 
-from .conftest import REPO
+from tests.helpers.common import REPO
 
 
 def test_readme_tables_are_generated_from_the_schemas() -> None:
@@ -17,11 +17,11 @@ def test_readme_tables_are_generated_from_the_schemas() -> None:
 
 
 def test_readme_metric_tables_are_generated() -> None:
-    from xlayer.tables import markdown_tables
+    from xlayer.metrics.schema import markdown_tables
 
     text = (REPO / "README.md").read_text()
     block = text.split("<!-- metrics:begin -->")[1].split("<!-- metrics:end -->")[0].strip()
-    assert block == markdown_tables(), "README metric tables are stale: run python -m xlayer.tables"
+    assert block == markdown_tables(), "README metric tables are stale: run python -m xlayer.metrics.schema"
 
 
 def test_quick_start_is_two_commands_and_ci_runs_the_second() -> None:

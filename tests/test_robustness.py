@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parsers import IngestStats, read_capture
-from parsers.mutate import mutate
-from parsers.records import CaptureError
+from tests.helpers.mutate import mutate
+from parsers.formats.records import CaptureError
 
-from .conftest import CORPUS, REPO, capture_files, corpus_or_skip, deadline
+from tests.helpers.common import CORPUS, REPO, capture_files, corpus_or_skip, deadline
 
 MALFORMED = [f for f in capture_files() if "/malformed/" in f]
 # Kept in malformed/ but well-formed: the first crashed another tool (tshark flags nothing in it

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from tests.helpers.common import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 SAMPLES_DIR = REPO / "samples"
 HAVE_NS3 = importlib.util.find_spec("ns") is not None
 
@@ -78,7 +78,7 @@ def test_sample_is_a_small_bundle_whose_effect_showed(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_truth_counts_what_the_captures_hold(name):
     import parsers
-    from xlayer.sim.pcapfile import count_pcap
+    from xlayer.testbeds.sim.pcapfile import count_pcap
 
     d = SAMPLES_DIR / name
     truth = _truth(name)
@@ -133,7 +133,7 @@ def test_baseline_sample_beacons_carry_the_hostile_ssid():
 
 @pytest.mark.skipif(not HAVE_NS3, reason="ns-3 Python bindings not installed (pip install ns3)")
 def test_make_samples_regenerates_a_sample_byte_for_byte(tmp_path):
-    from xlayer.sim import SimError
+    from xlayer.testbeds.sim import SimError
 
     try:
         code = MS.main(["--only", DETERMINISM_SAMPLE, "--out", str(tmp_path)])

@@ -12,8 +12,8 @@ _os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
 from parsers import CaptureError, IngestStats, iter_tables, read_capture
 from parsers.schema import COLUMNS, SCHEMA
 
-from .bundle import Bundle, BundleError, CaptureEntry, open_bundle
-from .timeline import Timeline, open_timeline
+from xlayer.bundle.manifest import Bundle, BundleError, CaptureEntry, open_bundle
+from xlayer.timeline.open import Timeline, open_timeline
 
 __all__ = ["COLUMNS", "SCHEMA", "Bundle", "BundleError", "CaptureEntry", "CaptureError", "IngestStats",
            "Timeline", "iter_tables", "open_bundle", "open_timeline", "read_capture"]

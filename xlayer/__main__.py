@@ -1,6 +1,6 @@
 """`python -m xlayer` runs the command line."""
 import sys
 
-from .cli import main
+from xlayer.cli.main import main
 
 sys.exit(main())

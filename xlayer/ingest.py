@@ -7,7 +7,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from parsers.ingest import IngestStats, iter_tables
+from parsers.decode.ingest import IngestStats, iter_tables
 from parsers.schema import SCHEMA
 
 

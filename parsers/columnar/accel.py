@@ -1,0 +1,72 @@
+"""The compiled record walks and batched CRC-32s (parsers/columnar/_walk.c), when they are there.
+
+`AVAILABLE` says whether they are used. Setting XLAYER_PURE_PYTHON=1 in the environment turns them
+off (tests compare both ways). Each function returns exactly what the pure-Python loop it replaces
+returns; callers keep that loop for when the module is absent (it is optional at install).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+try:
+    from parsers.columnar import _walk
+except ImportError:  # pragma: no cover - no compiler at install time
+    _walk = None
+
+AVAILABLE = _walk is not None and os.environ.get("XLAYER_PURE_PYTHON", "") in ("", "0")
+
+
+def _crc_address() -> int:
+    """Return the address of zlib-ng's CRC-32 function (0: use _walk's own).
+
+    zlib-ng's (carry-less multiplication, ~10 GB/s here) is exported by the zlib_ng wheel's module;
+    _walk's own table-driven one does ~2 GB/s.
+    """
+    try:
+        from zlib_ng import zlib_ng
+        return ctypes.cast(ctypes.CDLL(zlib_ng.__file__).zng_crc32, ctypes.c_void_p).value or 0
+    except (ImportError, OSError, AttributeError):
+        return 0
+
+
+_CRC = _crc_address() if AVAILABLE else 0
+
+
+def pcap_walk(buf, pos: int, lim: int, swap: bool, lengths: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Return the offsets (int64) of the pcap record headers from pos while they start before lim,
+    those headers ((n, 16) uint8, as in the file) and the position after the last; `lengths` picks
+    the caplen field (0 first, 1 second, 2 smaller)."""
+    raw, heads, nxt = _walk.pcap_walk(buf, pos, lim, swap, lengths)
+    return np.frombuffer(raw, np.int64), np.frombuffer(heads, np.uint8).reshape(-1, 16), nxt
+
+
+def pcapng_walk(buf, pos: int, lim: int, swap: bool) -> tuple[np.ndarray, int]:
+    """Return the offsets (int64) of consecutive packet blocks from pos while they start before lim,
+    and the position of the first block that is not one (or lim)."""
+    raw, nxt = _walk.pcapng_walk(buf, pos, lim, swap)
+    return np.frombuffer(raw, np.int64), nxt
+
+
+def crc32_many(buf, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Return the CRC-32 of buf[starts[i]:ends[i]] for every i (uint32), with the GIL released."""
+    s = np.ascontiguousarray(starts, dtype=np.int64)
+    e = np.ascontiguousarray(ends, dtype=np.int64)
+    return np.frombuffer(_walk.crc32_many(buf, s, e, _CRC), np.uint32)
+
+
+def radiotap_fcs(buf, offset: np.ndarray, caplen: np.ndarray, wirelen: np.ndarray,
+                 linktype: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return what parsers.layers.fcs.radiotap_fcs returns (where each checked frame starts, -1 if none,
+    and whether its FCS is right), from one pass in C with the GIL released."""
+    args = [np.ascontiguousarray(a, dtype=np.int64) for a in (offset, caplen, wirelen, linktype)]
+    first, ok = _walk.radiotap_fcs(buf, *args, _CRC)
+    return np.frombuffer(first, np.int64), np.frombuffer(ok, np.bool_)
+
+
+def dontneed(buf, start: int, length: int) -> None:
+    """Drop buf[start:start + length] (page-aligned, in a memory map) from the resident set, with
+    the GIL released (mmap.madvise holds it)."""
+    _walk.dontneed(buf, start, length)

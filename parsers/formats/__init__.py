@@ -1,0 +1,1 @@
+"""Capture containers: pcap and pcapng record walks, and the one table of magic numbers (detect)."""

@@ -1,0 +1,220 @@
+"""Capture files (pcap, pcapng) as a stream of RecordChunks over one read-only memory map.
+
+    with open_capture("air.pcap") as cap:
+        for chunk in cap.chunks():      # about chunk_bytes of records each
+            ...                         # chunk.data[chunk.offset[i]:][:chunk.caplen[i]] is packet i
+
+The file is never read whole: `chunk.data` is a uint8 view of the mapping, and the pages of chunks
+already handed out are released (MADV_DONTNEED) when the next chunk is asked for, so memory stays flat
+on files larger than RAM. Record headers are walked by one tight loop (C in parsers/_walk.c, or Python
+in pcap.py and pcapng.py when that is not built); everything else is numpy. gzip-compressed captures
+are decompressed to an unlinked temporary file.
+"""
+from __future__ import annotations
+
+import gzip
+import mmap
+import os
+import shutil
+import tempfile
+import zlib
+from collections.abc import Iterator
+
+import numpy as np
+
+from parsers.columnar import accel
+from parsers.formats.pcap import MAGICS, PcapReader
+from parsers.formats.pcapng import SHB, PcapngReader
+from parsers.formats.records import CaptureError, ContainerStats, Interface, RecordChunk
+
+_PAGE = mmap.PAGESIZE
+
+
+class CaptureFile:
+    """An open capture: format, interfaces and counts, and its records as chunks."""
+
+    def __init__(self, path: str, fh, chunk_bytes: int, warnings: list[str]):
+        self.path = path
+        self.chunk_bytes = max(int(chunk_bytes), 1)
+        self.stats = ContainerStats(warnings=list(warnings))
+        self.size = os.fstat(fh.fileno()).st_size
+        if self.size == 0:
+            raise CaptureError(f"{path}: empty file (0 bytes), not a capture")
+        self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        self.data = np.frombuffer(self._mm, dtype=np.uint8)
+        self._reader = None
+        self._iterated = False
+        self.gzipped = False
+        try:
+            self._reader = self._open_reader()
+        except BaseException:
+            self.close()
+            raise
+        self.format = self._reader.format
+        self.stats.format = self.format
+
+    def _open_reader(self) -> PcapReader | PcapngReader:
+        head = bytes(self._mm[:16])
+        magic = int.from_bytes(head[:4].ljust(4, b"\0"), "little")
+        if magic == SHB:
+            return PcapngReader(self.path, self._mm, self.data, self.stats)
+        if magic in MAGICS:
+            return PcapReader(self.path, self._mm, self.data, self.stats)
+        if head[:2] == b"\x1f\x8b":
+            raise CaptureError(f"{self.path}: gzip inside gzip (or a corrupt gzip stream); gunzip it first")
+        raise CaptureError(f"{self.path}: not a pcap or pcapng file (first bytes: {head.hex()})")
+
+    @property
+    def interfaces(self) -> list[Interface]:
+        """Return the interfaces met so far (pcapng: grows as IDBs are read); index = global iface id."""
+        return self._reader.interfaces if self._reader else []
+
+    @property
+    def names(self) -> dict[str, list[str]]:
+        """Return address -> host names from pcapng Name Resolution Blocks read so far."""
+        return self._reader.names if self._reader else {}
+
+    @property
+    def sections(self) -> list[dict[str, str]]:
+        """Return per pcapng section its SHB hardware / os / userappl strings (empty for pcap)."""
+        return self._reader.sections if self._reader else []
+
+    @property
+    def if_stats(self) -> dict[int, dict[str, int]]:
+        """Return global iface id -> latest Interface Statistics Block counters (ifrecv, ifdrop, ...)."""
+        return self._reader.if_stats if self._reader else {}
+
+    def chunks(self, keep: int = 0, first_bytes: int | None = None) -> Iterator[RecordChunk]:
+        """Yield the file's packet records as RecordChunks of about chunk_bytes of records each (the
+        first of about first_bytes, if given: a pipeline's next stage can start sooner).
+
+        Pages of a chunk are released when the next one is asked for; with keep=k, only once k more
+        chunks have been handed out (for callers that decode several chunks at once).
+        """
+        if self._iterated:
+            raise RuntimeError("chunks() can be iterated once per open_capture()")
+        self._iterated = True
+        reader, pages = self._reader, self.pages(keep)
+        pos, done = reader.start, False
+        step = max(int(first_bytes), 1) if first_bytes else self.chunk_bytes
+        while not done:
+            pieces, pos, done = reader.walk(pos, pos + step)
+            step = self.chunk_bytes
+            chunk = _concat(pieces)
+            if len(chunk):
+                self.stats.records += len(chunk)
+                yield chunk
+            pages.done(min(pos, self.size))
+
+    def pages(self, keep: int = 0) -> PageRelease:
+        """Return a tracker that releases the pages of chunks once `keep` later ones are handed out."""
+        return PageRelease(self, keep)
+
+    def _release(self, start: int, upto: int) -> int:
+        # Pages below the next record are done with: drop them from our resident set (the page cache
+        # keeps them, and a caller who still looks at an old chunk faults them back in).
+        end = upto // _PAGE * _PAGE
+        if end > start and hasattr(mmap, "MADV_DONTNEED") and not self._mm.closed:
+            if accel.AVAILABLE:     # the same call, without holding the GIL (a decoding thread runs)
+                accel.dontneed(self._mm, start, end - start)
+            else:
+                self._mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+            return end
+        return start
+
+    def adopt(self, state: dict) -> None:
+        """Take the counts and the interfaces that a walk of this file in another process found."""
+        self._iterated = True
+        self.stats = state["stats"]
+        reader = self._reader
+        reader.interfaces[:] = state["interfaces"]
+        reader.names = state["names"]
+        reader.sections = state["sections"]
+        reader.if_stats = state["if_stats"]
+
+    def close(self) -> None:
+        """Release the mapping (it stays alive while the caller still holds chunk arrays)."""
+        if self._reader is not None:
+            self._reader.close()
+        self.data = None
+        if self._mm is not None and not self._mm.closed:
+            try:
+                self._mm.close()
+            except BufferError:
+                pass   # chunks handed out still view it; it is unmapped when they go
+
+    def __enter__(self) -> CaptureFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class PageRelease:
+    """Releases the pages of handed-out chunks, `keep` chunks behind the newest."""
+
+    def __init__(self, cap: CaptureFile, keep: int):
+        self.cap, self.keep = cap, keep
+        self.released = 0
+        self.ends: list[int] = []
+
+    def done(self, end: int) -> None:
+        """Note that the records before file offset `end` have been handed out."""
+        self.ends.append(end)
+        if len(self.ends) > self.keep:
+            self.released = self.cap._release(self.released, self.ends.pop(0))  # noqa: SLF001
+
+
+def open_capture(path: str | os.PathLike, chunk_bytes: int = 16 << 20) -> CaptureFile:
+    """Return an open CaptureFile for a pcap or pcapng file (or a gzipped one); else raise CaptureError."""
+    name = os.fspath(path)
+    warnings: list[str] = []
+    try:
+        fh = open(name, "rb")
+    except OSError as e:
+        raise CaptureError(f"{name}: cannot open: {e.strerror or e}") from None
+    with fh:
+        if fh.read(2) == b"\x1f\x8b":
+            fh.seek(0)
+            tmp = _gunzip(name, fh, warnings)
+            with tmp:
+                cap = CaptureFile(name, tmp, chunk_bytes, warnings)
+                cap.gzipped = True
+                return cap
+        fh.seek(0)
+        return CaptureFile(name, fh, chunk_bytes, warnings)
+
+
+def _gunzip(name: str, fh, warnings: list[str]):
+    """Return an unlinked temporary file holding the decompressed stream (as tshark reads .gz files)."""
+    tmp = tempfile.TemporaryFile(prefix="xlayer-gunzip-")
+    try:
+        with gzip.GzipFile(fileobj=fh) as gz:
+            shutil.copyfileobj(gz, tmp, 1 << 20)
+    except (EOFError, OSError, zlib.error) as e:
+        warnings.append(f"gzip stream ended early or is corrupt ({e}); read what was decompressed")
+    tmp.flush()
+    if tmp.tell() == 0:
+        tmp.close()
+        raise CaptureError(f"{name}: gzip file with no readable content")
+    warnings.append("decompressed from gzip to a temporary file")
+    return tmp
+
+
+def _concat(pieces: list[RecordChunk]) -> RecordChunk:
+    if len(pieces) == 1:
+        return pieces[0]
+    if not pieces:
+        e = np.zeros(0, dtype=np.int64)
+        return RecordChunk(data=np.zeros(0, np.uint8), offset=e, caplen=e, wirelen=e, ts_ns=e,
+                           linktype=e, iface=e, frame=e)
+    comments, base = {}, 0
+    for p in pieces:
+        comments.update({base + r: c for r, c in p.comments.items()})
+        base += len(p)
+    cat = {k: np.concatenate([getattr(p, k) for p in pieces])
+           for k in ("offset", "caplen", "wirelen", "ts_ns", "linktype", "iface", "frame")}
+    has_ts = None
+    if any(p.has_ts is not None for p in pieces):
+        has_ts = np.concatenate([np.ones(len(p), bool) if p.has_ts is None else p.has_ts for p in pieces])
+    return RecordChunk(data=pieces[0].data, comments=comments, has_ts=has_ts, **cat)

@@ -1,0 +1,251 @@
+"""The host TCP state table's schema: every column's name, dtype, unit and meaning, written once.
+
+One row per socket per sample, whatever the source: `ss -tin` text (`parsers.hoststate.ss`), our tcp_info JSON
+lines (`parsers.hoststate.tcpinfo`), `iperf3 -J` intervals (`parsers.hoststate.iperf3`) and flent socket stats
+(`parsers.hoststate.iperf3.read_flent`).  A column is null where the source did not give the value; ss prints
+nothing for most zero-valued counters (`bytes_retrans`, `lost`, `lastsnd` ...), so from ss a null
+counter usually means 0 while the socket had tcp_info, and unknown when it had none (TIME-WAIT).
+
+Units are base units, written in the column name where it has one: ``_us`` microseconds, ``_ms``
+milliseconds, ``_bps`` bits per second (decimal: 1 Mbps = 1e6 bps), ``bytes`` bytes, ``segments``
+MSS-sized segments.  Times are int64 because the kernel keeps them as integer µs or ms; ss prints
+``rtt:5.07/0.701`` in ms with ``%g`` and we multiply back: exact below 1 s, and since ``%g`` keeps
+6 digits, in 10 µs steps from 1 s and 100 µs steps from 10 s.
+Counters are int64 rather than unsigned so that differences between samples never wrap.
+
+Addresses are plain text as Python's ``ipaddress`` prints them: ss's ``[2001:db8::1]`` brackets are
+removed and v4-mapped ``::ffff:10.0.0.1`` becomes ``10.0.0.1``; a wildcard is ``*``.  Timestamps are
+int64 nanoseconds since the Unix epoch.
+"""
+from __future__ import annotations
+
+import ipaddress
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
+
+import polars as pl
+
+import parsers.schema as _packet_schema
+from parsers.schema import Column
+
+
+_C = Column
+_I = pl.Int64
+_F = pl.Float64
+_B = pl.Boolean
+_S = pl.Utf8
+
+COLUMNS: tuple[Column, ...] = (
+    # --- sample identity ---
+    _C("ts_ns", _I, "ns", "sample time, ns since the Unix epoch (ss: the sampler's `# <epoch>` line; "
+       "null for ss text before the first such line unless the caller gives one)"),
+    _C("vantage", _S, "", "where the sample was taken, as named by the caller (e.g. 'server', 'ap-uplink')"),
+    _C("source", _S, "", "reader that made the row: ss, tcpinfo, iperf3, flent"),
+    _C("line_no", _I, "", "1-based line of the socket's first line (ss), of the JSON object (tcpinfo), "
+       "or interval index (iperf3, flent): where to look in the source file"),
+    _C("label", _S, "", "the source's own name for the flow (iperf3 'socket 5', flent series name)"),
+    # --- socket ---
+    _C("src", _S, "", "local address"),
+    _C("sport", pl.UInt16, "", "local port"),
+    _C("dst", _S, "", "peer address"),
+    _C("dport", pl.UInt16, "", "peer port"),
+    _C("dev", _S, "", "interface the socket is bound to (ss `addr%dev:port`)"),
+    _C("state", _S, "", "TCP state as ss names it: ESTAB, SYN-SENT, SYN-RECV, FIN-WAIT-1, FIN-WAIT-2, "
+       "TIME-WAIT, CLOSE-WAIT, LAST-ACK, LISTEN, CLOSING, UNCONN"),
+    _C("recv_q", _I, "bytes", "Recv-Q: unread bytes (LISTEN: connections waiting for accept())"),
+    _C("send_q", _I, "bytes", "Send-Q: unacknowledged + unsent bytes (LISTEN: the accept backlog)"),
+    # --- options and congestion control ---
+    _C("cc", _S, "", "congestion control algorithm: cubic, bbr, reno, ..."),
+    _C("has_ts", _B, "", "timestamps negotiated (ss prints it only with -o; null when not knowable)"),
+    _C("has_sack", _B, "", "SACK negotiated (ss: only with -o)"),
+    _C("has_ecn", _B, "", "ECN negotiated (ss: only with -o)"),
+    _C("ecnseen", _B, "", "an ECT codepoint was received (ss: only with -o)"),
+    _C("fastopen", _B, "", "SYN carried data (TFO) (ss: only with -o)"),
+    _C("wscale_snd", pl.UInt8, "", "send window scale shift"),
+    _C("wscale_rcv", pl.UInt8, "", "receive window scale shift"),
+    # --- timers and RTT ---
+    _C("rto_us", _I, "us", "retransmission timeout (ss omits the initial 3 s value: then null)"),
+    _C("backoff", _I, "", "RTO exponential backoff count"),
+    _C("srtt_us", _I, "us", "smoothed RTT (ss rtt:X/Y, X in ms)"),
+    _C("rttvar_us", _I, "us", "RTT mean deviation (ss rtt:X/Y, Y in ms)"),
+    _C("minrtt_us", _I, "us", "minimum RTT seen (windowed)"),
+    _C("rcv_rtt_us", _I, "us", "receiver-side RTT estimate"),
+    _C("ato_us", _I, "us", "delayed-ACK timeout"),
+    _C("lastsnd_ms", _I, "ms", "time since the last data sent"),
+    _C("lastrcv_ms", _I, "ms", "time since the last data received"),
+    _C("lastack_ms", _I, "ms", "time since the last ACK received"),
+    # --- sizes and windows ---
+    _C("mss", _I, "bytes", "send MSS"),
+    _C("pmtu", _I, "bytes", "path MTU"),
+    _C("rcvmss", _I, "bytes", "MSS estimated for the peer's sends"),
+    _C("advmss", _I, "bytes", "MSS advertised to the peer"),
+    _C("cwnd", _I, "segments", "congestion window"),
+    _C("ssthresh", _I, "segments", "slow-start threshold (null while 'infinite': ss omits values >= 65535)"),
+    _C("snd_cwnd_bytes", _I, "bytes", "congestion window in bytes (iperf3 snd_cwnd = cwnd * mss)"),
+    _C("rcv_space", _I, "bytes", "receive-buffer autotuning estimate of the peer's window need"),
+    _C("rcv_ssthresh", _I, "bytes", "current window clamp (receive slow-start threshold)"),
+    _C("snd_wnd", _I, "bytes", "peer's advertised receive window, scaled"),
+    _C("rcv_wnd", _I, "bytes", "our advertised receive window, scaled"),
+    _C("notsent", _I, "bytes", "bytes in the send queue not yet sent"),
+    # --- counters ---
+    _C("bytes_sent", _I, "bytes", "bytes sent including retransmissions"),
+    _C("bytes_acked", _I, "bytes", "bytes acknowledged (RFC 4898 tcpEStatsAppHCThruOctetsAcked)"),
+    _C("bytes_received", _I, "bytes", "bytes received in order (RFC 4898 tcpEStatsAppHCThruOctetsReceived)"),
+    _C("bytes_retrans", _I, "bytes", "bytes retransmitted"),
+    _C("segs_out", _I, "segments", "segments sent, including pure ACKs and retransmissions"),
+    _C("segs_in", _I, "segments", "segments received"),
+    _C("data_segs_out", _I, "segments", "segments sent carrying data"),
+    _C("data_segs_in", _I, "segments", "segments received carrying data"),
+    _C("retrans_cur", _I, "segments", "retransmitted segments not yet acknowledged (ss retrans:a/b, a)"),
+    _C("retrans_total", _I, "segments", "retransmissions over the connection's life (ss retrans:a/b, b)"),
+    _C("retransmits_interval", _I, "segments", "retransmissions during the sample interval (iperf3)"),
+    _C("lost", _I, "segments", "segments presumed lost and not yet retransmitted"),
+    _C("unacked", _I, "segments", "segments in flight (sent, not yet cumulatively acknowledged)"),
+    _C("sacked", _I, "segments", "segments selectively acknowledged"),
+    _C("fackets", _I, "segments", "forward-acknowledged segments (kernels before 4.15)"),
+    _C("reordering", _I, "segments", "reordering degree estimate (ss omits the default 3: then null)"),
+    _C("reord_seen", _I, "", "reordering events seen"),
+    _C("dsack_dups", _I, "segments", "duplicate segments reported by D-SACK (spurious retransmissions)"),
+    _C("rcv_ooopack", _I, "segments", "out-of-order segments received"),
+    _C("delivered", _I, "segments", "segments delivered (acked or sacked), including retransmissions"),
+    _C("delivered_ce", _I, "segments", "delivered segments that carried ECN CE marks"),
+    _C("total_rto", _I, "", "RTO timeouts over the connection's life (tcp_info, kernel >= 6.7)"),
+    _C("total_rto_recoveries", _I, "", "RTO recovery episodes (tcp_info, kernel >= 6.7)"),
+    _C("total_rto_time_ms", _I, "ms", "time spent in RTO recovery (tcp_info, kernel >= 6.7)"),
+    # --- rates ---
+    _C("send_bps", _F, "bit/s", "ss: cwnd*mss*8/srtt, the rate the window allows; iperf3/flent: the "
+       "application's measured send throughput over the interval"),
+    _C("recv_bps", _F, "bit/s", "application receive throughput over the interval (iperf3 receiver, "
+       "flent download)"),
+    _C("pacing_rate_bps", _F, "bit/s", "current pacing rate"),
+    _C("pacing_rate_max_bps", _F, "bit/s", "pacing rate cap (SO_MAX_PACING_RATE), when set"),
+    _C("delivery_rate_bps", _F, "bit/s", "most recent delivery-rate sample"),
+    _C("app_limited", _B, "", "the delivery-rate sample was application-limited (ss prints the flag "
+       "only when true: false when the socket had tcp_info)"),
+    _C("interval_bytes", _I, "bytes", "application bytes in the interval (iperf3)"),
+    _C("interval_s", _F, "s", "length of the interval the row summarises (iperf3, flent throughput)"),
+    # --- limits: who held the sender back ---
+    _C("busy_us", _I, "us", "time with data in flight (ss prints whole ms: truncated to 1000 us)"),
+    _C("rwnd_limited_us", _I, "us", "busy time limited by the peer's receive window (ss: whole ms)"),
+    _C("sndbuf_limited_us", _I, "us", "busy time limited by our send buffer (ss: whole ms)"),
+    # --- BBR ---
+    _C("bbr_bw_bps", _F, "bit/s", "BBR bottleneck bandwidth estimate"),
+    _C("bbr_min_rtt_us", _I, "us", "BBR min RTT estimate (mrtt)"),
+    _C("bbr_pacing_gain", _F, "", "BBR pacing gain"),
+    _C("bbr_cwnd_gain", _F, "", "BBR cwnd gain"),
+    # --- socket memory (ss -m skmem:(...)) ---
+    _C("skmem_r", _I, "bytes", "receive queue memory allocated (rmem_alloc)"),
+    _C("skmem_rb", _I, "bytes", "receive buffer size (SO_RCVBUF)"),
+    _C("skmem_t", _I, "bytes", "transmit memory allocated (wmem_alloc)"),
+    _C("skmem_tb", _I, "bytes", "send buffer size (SO_SNDBUF)"),
+    _C("skmem_f", _I, "bytes", "forward-allocated memory"),
+    _C("skmem_w", _I, "bytes", "send queue memory queued (wmem_queued)"),
+    _C("skmem_o", _I, "bytes", "option memory"),
+    _C("skmem_bl", _I, "bytes", "backlog queue memory"),
+    _C("skmem_d", _I, "", "packets dropped before reaching the socket"),
+    # --- leftovers ---
+    _C("extra", _S, "", "every token the reader did not recognise, space-joined (ss), or key=value "
+       "pairs (JSON sources); null when everything was recognised"),
+    _C("malformed", _S, "", "null, or why part of the row could not be read (the raw token is in extra)"),
+)
+
+SCHEMA: dict[str, pl.DataType] = {c.name: c.dtype for c in COLUMNS}
+NAMES: tuple[str, ...] = tuple(SCHEMA)
+BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
+
+# ss prints these TCP state names (iproute2 misc/ss.c sstate_name); tcp_info numbers them 1..12.
+TCP_STATES: tuple[str, ...] = (
+    "UNKNOWN", "ESTAB", "SYN-SENT", "SYN-RECV", "FIN-WAIT-1", "FIN-WAIT-2", "TIME-WAIT",
+    "UNCONN", "CLOSE-WAIT", "LAST-ACK", "LISTEN", "CLOSING", "NEW-SYN-RECV",
+)
+
+
+@dataclass
+class ReadStats:
+    """What one host-state reader found: every input line is a row, skipped on purpose, or counted as
+    malformed (with the first few examples), so nothing is dropped silently."""
+
+    path: str = ""
+    source: str = ""
+    lines: int = 0              # input lines (or JSON records) seen
+    rows: int = 0               # rows produced
+    blocks: int = 0             # timestamped blocks (ss sampler format)
+    header_lines: int = 0       # ss column headers, skipped
+    comment_lines: int = 0      # '#' lines that are not timestamps
+    blank_lines: int = 0
+    malformed_lines: int = 0    # lines that could not be read at all (no row made)
+    malformed_rows: int = 0     # rows made with a `malformed` reason
+    untimed_rows: int = 0       # rows with no timestamp (ss text before the first '# <epoch>')
+    skipped_sockets: int = 0    # non-TCP sockets in ss output (netid udp, nl, u_str ...), skipped
+    reasons: Counter = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)   # "line N: reason: text", first 10
+    warnings: list[str] = field(default_factory=list)
+
+    def bad(self, line_no: int, reason: str, text: str = "") -> None:
+        """Count one malformed line and keep it as an example if there are few so far."""
+        self.malformed_lines += 1
+        self.reasons[reason] += 1
+        if len(self.examples) < 10:
+            self.examples.append(f"line {line_no}: {reason}: {text[:120]!r}")
+
+    def as_dict(self) -> dict:
+        """Return the counts as plain JSON-able values."""
+        d = asdict(self)
+        d["reasons"] = dict(self.reasons.most_common())
+        return d
+
+
+def empty_frame() -> pl.DataFrame:
+    """Return a zero-row table with the host TCP state schema."""
+    return pl.DataFrame(schema=SCHEMA)
+
+
+def frame_from_rows(rows: list[dict]) -> pl.DataFrame:
+    """Return a table in the host state schema from dict rows (missing keys are null)."""
+    if not rows:
+        return empty_frame()
+    return pl.DataFrame(rows, schema=SCHEMA)
+
+
+def float_epoch_ns(t: float) -> int | None:
+    """Return ns from a float epoch in seconds via its shortest decimal form (no binary rounding
+    noise: 1588855606.65 gives ...650000000, not ...650000128), or None if it does not fit int64."""
+    try:
+        t = float(t)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    if not math.isfinite(t) or abs(t) >= 9.2e9:
+        return None
+    return int(Decimal(repr(t)) * 1_000_000_000)
+
+
+def normalize_addr(text: str) -> str:
+    """Return an address in plain text form: no [brackets], v4-mapped IPv6 as IPv4, IPv6 compressed.
+
+    Text that is not an IP address (``*``, a host name) comes back unchanged, without brackets.
+    """
+    a = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    if ":" not in a:
+        return a
+    zone = ""
+    if "%" in a:
+        a, zone = a.split("%", 1)
+        zone = "%" + zone
+    try:
+        ip = ipaddress.IPv6Address(a)
+    except ValueError:
+        return a + zone
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip) + zone
+
+
+def markdown_table() -> str:
+    """Return the host TCP state schema as a Markdown table (for the README)."""
+    return _packet_schema.markdown_table(COLUMNS)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -1,0 +1,251 @@
+"""Per-station metrics and airtime against hand-computed PPDU durations, ns-3's truth and tshark."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+
+import numpy as np
+import polars as pl
+import pytest
+
+import parsers
+from tests.helpers.common import corpus_or_skip, sim_bundle, tshark_or_skip
+from xlayer.timeline.airtime import airtime, ppdu_duration_ns
+from xlayer.metrics.stations import MGMT, STATIONS, TABLES, station_tables
+
+
+def _truth(bundle) -> dict:
+    return json.loads((bundle / "truth.json").read_text())
+
+
+def _by_mac(stations: pl.DataFrame, truth: dict) -> dict[str, dict]:
+    """Return {truth station name: our stations row} joined on the MAC address."""
+    rows = {r["station"]: r for r in stations.iter_rows(named=True)}
+    return {name: rows[s["mac"]] for name, s in truth["mac"]["stations"].items()}
+
+
+@pytest.fixture(scope="module")
+def timelines():
+    from xlayer.timeline.open import open_timeline
+
+    cache: dict = {}
+
+    def get(scenario: str):
+        if scenario not in cache:
+            b = sim_bundle(scenario, 1)
+            cache[scenario] = (b, open_timeline(b), _truth(b))
+        return cache[scenario]
+    return get
+
+
+# --- airtime -------------------------------------------------------------------------------------
+
+def _one(nbytes, rate, phy="legacy", nss=1, short=False, sgi=False, g24=False) -> float:
+    return float(ppdu_duration_ns(np.array([nbytes], float), np.array([rate], float), np.array([phy]),
+                                  np.array([nss]), np.array([short]), np.array([sgi]), np.array([np.nan]),
+                                  np.array([g24]))[0]) / 1000.0
+
+
+def test_airtime_formulas_by_hand():
+    # IEEE 802.11-2016 16.3.4 (HR/DSSS TXTIME = PLCP preamble + header + ceil(8 L / rate)):
+    # a 14-byte ACK at 1 Mbit/s, long preamble: 192 + 112 = 304 us.
+    assert _one(14, 1.0) == 304.0
+    # 1500 bytes at 11 Mbit/s, short preamble: 96 + ceil(12000 / 11) = 96 + 1091 us.
+    assert _one(1500, 11.0, short=True) == 1187.0
+    # 17.4.3 (OFDM TXTIME = 16 + 4 + 4 ceil((16 + 8 L + 6) / N_DBPS)), 54 Mbit/s: N_DBPS = 216:
+    # 1500 B -> ceil(12022 / 216) = 56 symbols -> 244 us; 18.5.2 ERP at 2.4 GHz adds 6 us of signal extension.
+    assert _one(1500, 54.0) == 244.0
+    assert _one(1500, 54.0, g24=True) == 250.0
+    # 19.4.3 HT mixed format, 1 stream: 16 + 4 + 8 + 4 + 4 = 36 us preamble; MCS 7 (N_DBPS 260):
+    # 1538 B -> ceil(12326 / 260) = 48 symbols: 4 us each with the long GI, 3.6 us with the short one.
+    assert _one(1538, 65.0, "ht") == 228.0
+    assert math.isclose(_one(1538, 72.2, "ht", sgi=True), 36 + 48 * 3.6)
+    # Two streams: two HT-LTFs.
+    assert _one(1538, 130.0, "ht", nss=2) == 40.0 + 4 * math.ceil(12326 / 520)
+
+
+def test_airtime_equals_ns3_durations():
+    """Our PPDU duration of every sniffed AP transmission equals ns-3's own (802.11g and 802.11n, A-MPDUs)."""
+    for scenario in ("performance_anomaly", "walkaway", "fragmentation", "baseline"):
+        b = sim_bundle(scenario, 1)
+        air = parsers.read_capture(b / "sniffer.pcap")
+        ours = air.select("frame").with_columns(airtime(air).get_column("ppdu_ns"))
+        att = pl.read_parquet(b / "truth_attempts.parquet").filter(pl.col("sniffed"))
+        # An A-MPDU's duration needs all its subframes: keep PPDUs the sniffer captured whole.
+        whole = att.group_by("t_tx_ns").agg((pl.len() == pl.col("n_mpdu").first()).alias("whole"))
+        att = att.join(whole, on="t_tx_ns")
+        j = att.join(ours, left_on="sniffer_frame", right_on="frame")
+        assert j.height == att.height > 1000
+        assert att.filter(~pl.col("whole")).height <= 0.01 * att.height
+        err = (j.filter(pl.col("whole"))["ppdu_ns"] - j.filter(pl.col("whole"))["dur_ns"]).abs()
+        assert err.max() <= 1000, (scenario, err.max())
+        if scenario == "baseline":
+            assert j.filter(pl.col("ampdu")).height > 1000    # the HT A-MPDU path was exercised
+
+
+# --- sims against truth ---------------------------------------------------------------------------
+
+def test_performance_anomaly(timelines):
+    b, tl, truth = timelines("performance_anomaly")
+    st = tl.table("stations")
+    assert st.columns == [c.name for c in STATIONS]
+    ours = _by_mac(st, truth)
+    for name, t in truth["mac"]["stations"].items():
+        o = ours[name]
+        assert o["bssid"] == truth["topology"]["ap"]["bssid"]
+        # The sniffer stands by the AP: it hears every AP transmission.
+        assert abs(o["retry_fraction_down"] - t["downlink_retries"] / t["downlink_attempts"]) < 0.02, name
+        assert abs(o["rate_mean_down_mbps"] / t["downlink_mean_rate_mbps"] - 1) < 0.05, name
+        assert abs(o["data_airtime_share"] - t["airtime_share"]) < 0.03, name
+        assert abs(o["data_airtime_ns"] / (t["airtime_s"] * 1e9) - 1) < 0.03, name
+        assert o["failed_mpdus"] == 0
+        assert o["fragments_per_msdu_down"] == 1.0 and o["rts"] == 0
+    good, slow = ours["sta_good"], ours["sta_slow"]
+    assert abs(good["retry_fraction"] - truth["mac"]["stations"]["sta_good"]["retry_fraction"]) < 0.02
+    # The far station's failed uplink transmissions are as undecodable at the sniffer as at the AP:
+    # the both-way retry fraction is a lower bound there, and the missing transmissions are flagged.
+    t_slow = truth["mac"]["stations"]["sta_slow"]
+    assert slow["retry_fraction"] <= t_slow["retry_fraction"] + 0.005
+    unseen = t_slow["downlink_attempts"] + t_slow["uplink_attempts"] - slow["data_frames"]
+    # unseen_tx_min is a lower bound (retries whose earlier attempts the sniffer never heard): it must
+    # flag some of them and never more than truth's count
+    assert 0 < slow["unseen_tx_min"] <= unseen
+    assert slow["signal_dbm_median"] < good["signal_dbm_median"] - 20
+    t_good = truth["mac"]["stations"]["sta_good"]
+    assert (slow["data_airtime_share"] > good["data_airtime_share"]) == (t_slow["airtime_share"] > t_good["airtime_share"])
+    # The series adds up to the totals.
+    ser = tl.table("station_series")
+    tot = ser.group_by("station").agg(pl.col("airtime_ns").sum(), pl.col("frames").sum())
+    chk = st.join(tot, on="station", suffix="_s")
+    assert (chk["airtime_ns"] == chk["airtime_ns_s"]).all()
+    assert (chk["frames_down"] + chk["frames_up"] == chk["frames"]).all()
+    assert (ser["bin_start_ns"] % tl.bin_ns == 0).all()
+    assert ser["airtime_share"].max() <= 1.0
+    mg = tl.table("mgmt_events")
+    assert sorted(mg.filter(pl.col("event") == "assoc_resp")["station"].to_list()) == sorted(
+        s["mac"] for s in truth["mac"]["stations"].values())
+    assert (mg.filter(pl.col("event") == "assoc_resp")["status"] == 0).all()
+
+
+def test_fragmentation_and_rts_cts():
+    b = sim_bundle("fragmentation", 1)
+    st = station_tables(parsers.read_capture(b / "sniffer.pcap"), "sniffer.pcap")["stations"].row(0, named=True)
+    pk = pl.read_parquet(b / "truth_packets.parquet").filter(pl.col("n_sniffed") > 0)
+    want = pk["n_fragments"].mean()
+    assert want > 5
+    assert abs(st["fragments_per_msdu_down"] / want - 1) < 0.02
+    assert st["fragments_per_msdu_up"] == 1.0                 # TCP ACKs fit under the threshold
+    truth = _truth(b)["mac"]["stations"]["sta0"]
+    assert abs(st["retry_fraction"] - truth["retry_fraction"]) < 0.02
+    assert abs(st["rate_mean_down_mbps"] / truth["downlink_mean_rate_mbps"] - 1) < 0.05
+
+    b = sim_bundle("rts_cts", 1)
+    st = station_tables(parsers.read_capture(b / "sniffer.pcap"), "sniffer.pcap")["stations"].row(0, named=True)
+    mac = _truth(b)["mac"]
+    assert 0.97 <= st["rts_ratio"] <= 1.1
+    assert abs(st["rts"] / mac["rts_sent"] - 1) < 0.05
+    assert abs(st["cts"] / mac["cts_sent"] - 1) < 0.01
+
+
+def test_walkaway_rate_falls_and_association_is_lost(timelines):
+    b, tl, truth = timelines("walkaway")
+    sta = truth["mac"]["stations"]["sta0"]
+    st = tl.table("stations").row(0, named=True)
+    assert st["station"] == sta["mac"]
+    assert abs(st["rate_mean_down_mbps"] / sta["downlink_mean_rate_mbps"] - 1) < 0.05
+    assert abs(st["retry_fraction_down"] - sta["downlink_retries"] / sta["downlink_attempts"]) < 0.02
+    rc = tl.table("rate_changes").filter(pl.col("direction") == "down").sort("ts_ns")
+    assert rc.height >= 5
+    # Minstrel climbs to 54 Mbit/s near the AP, then steps down as the station walks away.
+    assert rc["to_mbps"][0] == 54 and rc["to_mbps"][-1] <= 18
+    late = rc.filter(pl.col("ts_ns") > rc["ts_ns"][0])
+    assert (late["to_mbps"] < late["from_mbps"]).sum() >= (late["to_mbps"] > late["from_mbps"]).sum()
+    # Per second of truth, the median of our 100 ms means follows ns-3's median downlink rate.
+    ser = tl.table("station_series").with_columns((pl.col("bin_start_ns") // 10**9 * 10**9).alias("sec"))
+    per_s = dict(ser.group_by("sec").agg(pl.col("phy_rate_mbps").median()).iter_rows())
+    checked = 0
+    for binv in sta["rate_timeline"]:
+        if binv["attempts"] >= 200:
+            ours = per_s[round(binv["start_ts"] * 1e9)]
+            assert abs(ours / binv["median_rate_mbps"] - 1) < 0.2, binv
+            checked += 1
+    assert checked >= 6
+    # ns-3 drops the association silently (no deauthentication): the AP's MPDUs fail after the retry limit.
+    lost_ns = round([e for e in truth["events"] if e["kind"] == "association_lost"][0]["ts"] * 1e9)
+    gave_up = pl.read_parquet(b / "truth_packets.parquet")["ap_gave_up"].sum()
+    assert 0.5 * gave_up <= st["failed_mpdus_down"] <= 1.5 * gave_up
+    assert not tl.table("mgmt_events").filter(pl.col("event").is_in(["deauth", "disassoc"])).height
+    up = tl.packets("sniffer").filter((pl.col("wlan_type") == 2) & (pl.col("wlan_ta") == sta["mac"]))
+    assert up["ts_ns"].max() < lost_ns
+
+
+def test_udp_overflow_failed_mpdus(timelines):
+    b, tl, truth = timelines("udp_overflow")
+    ours = _by_mac(tl.table("stations"), truth)
+    gave_up = pl.read_parquet(b / "truth_packets.parquet").group_by("station").agg(pl.col("ap_gave_up").sum())
+    gave_up = dict(gave_up.iter_rows())
+    for name, t in truth["mac"]["stations"].items():
+        o = ours[name]
+        assert abs(o["retry_fraction_down"] - t["downlink_retries"] / t["downlink_attempts"]) < 0.02
+        assert abs(o["rate_mean_down_mbps"] / t["downlink_mean_rate_mbps"] - 1) < 0.05
+        assert abs(o["data_airtime_share"] - t["airtime_share"]) < 0.03
+        # a failure is called only after FAIL_MIN_ATTEMPTS transmissions were heard: a lower-bound estimate
+        assert o["failed_mpdus_down"] <= gave_up.get(name, 0) + 2, (name, o["failed_mpdus_down"], gave_up)
+        assert o["failed_mpdus_down"] >= 0.3 * gave_up.get(name, 0) - 1, (name, o["failed_mpdus_down"], gave_up)
+
+
+# --- synthetic and corpus ---------------------------------------------------------------------------
+
+def _frames(rows: list[tuple]) -> pl.DataFrame:
+    cols = ("frame", "ts_ns", "wlan_type", "wlan_subtype", "wlan_ta", "wlan_ra", "wlan_bssid", "wlan_from_ds",
+            "wlan_to_ds", "wlan_seq", "wlan_retry", "phy_rate_mbps")
+    df = pl.DataFrame(rows, schema=cols, orient="row")
+    return df.with_columns(pl.lit(100, pl.UInt32).alias("wirelen"), pl.lit(0, pl.UInt8).alias("wlan_frag"),
+                           pl.col("wlan_type").cast(pl.UInt8), pl.col("wlan_subtype").cast(pl.UInt8),
+                           pl.col("wlan_seq").cast(pl.UInt16), pl.lit(105, pl.UInt16).alias("linktype"))
+
+
+def test_bssid_change_and_empty():
+    sta, ap1, ap2 = "02:00:00:00:00:01", "02:00:00:00:00:a1", "02:00:00:00:00:a2"
+    rows = [(i + 1, 1_000_000 * i, 2, 0, ap1, sta, ap1, True, False, i, False, 24.0) for i in range(5)]
+    rows += [(6 + i, 10_000_000 + 1_000_000 * i, 2, 0, sta, ap2, ap2, False, True, i, False, 54.0) for i in range(5)]
+    t = station_tables(_frames(rows), "x.pcap")
+    ev = t["mgmt_events"]
+    assert ev.rows() == [("x.pcap", 6, 10_000_000, sta, ap2, "up", "bssid_change", None, None, ap1)]
+    st = t["stations"].row(0, named=True)
+    assert (st["station"], st["frames_down"], st["frames_up"], st["data_mpdus"]) == (sta, 5, 5, 10)
+    # ACK-less unicast data never retried: not failed; rates per direction.
+    assert st["failed_mpdus"] == 0 and st["rate_mean_down_mbps"] == 24.0 and st["rate_mean_up_mbps"] == 54.0
+    empty = station_tables(parsers.schema.empty_frame(), "e.pcap")
+    assert set(empty) == set(TABLES) and all(df.height == 0 for df in empty.values())
+    assert empty["mgmt_events"].columns == [c.name for c in MGMT]
+
+
+@pytest.mark.parametrize("rel", ["radiotap/pyrit__wpapsk-virgin_broadband.dump",
+                                 "radiotap/aircrack-ng__wpa2-psk-linksys.cap",
+                                 "radiotap/wireshark__wpa-Induction.pcap"])
+def test_mgmt_events_match_tshark(rel):
+    """Every (de)association/authentication frame, with its reason and status codes, as tshark reads them."""
+    path = corpus_or_skip() / rel
+    tshark = tshark_or_skip()
+    if not path.is_file():
+        pytest.skip(f"{rel} not in the corpus")
+    ev = station_tables(parsers.read_capture(path), rel)["mgmt_events"].filter(pl.col("event") != "bssid_change")
+    out = subprocess.run(
+        [tshark, "-r", str(path), "-Y",
+         "wlan.fc.type == 0 && (wlan.fc.subtype <= 3 || (wlan.fc.subtype >= 10 && wlan.fc.subtype <= 12))",
+         "-T", "fields", "-e", "frame.number", "-e", "wlan.fc.subtype", "-e", "wlan.fixed.reason_code",
+         "-e", "wlan.fixed.status_code", "-e", "wlan.bssid"], capture_output=True, text=True, check=True).stdout
+    names = {0: "assoc_req", 1: "assoc_resp", 2: "reassoc_req", 3: "reassoc_resp", 10: "disassoc", 11: "auth",
+             12: "deauth"}
+    want = []
+    for line in out.splitlines():
+        frame, sub, reason, status, bssid = line.split("\t")
+        want.append((int(frame), names[int(sub)], int(reason, 16) if reason else None,
+                     int(status, 16) if status else None, bssid))
+    got = ev.select("frame", "event", "reason", "status", "bssid").rows()
+    assert len(want) >= 5
+    assert got == want
+    if "pyrit" in rel:
+        assert sum(1 for w in want if w[1] == "deauth") > 500

@@ -1,0 +1,1 @@
+"""Why did throughput drop: drop windows, the causes scored on the metric tables, incidents."""

@@ -1,0 +1,194 @@
+"""Why did throughput drop: incidents from the timeline, each cause scored on every layer's evidence.
+
+1. Drop detection (`xlayer.attribution.drops`): per data flow, windows where goodput fell well below the flow's
+   own steady state, merged across flows that drop together.
+2. Windows the causes see by themselves (`propose` in a cause module): conditions that hold for a
+   whole run (the performance anomaly, RTS/CTS always on, a fragmentation threshold) and events that
+   start an incident (a station losing its association).  An event cuts the drop windows it falls
+   in, and the part after it joins the event's window.  Windows that overlap by half of the shorter
+   one are one incident.
+3. Every registered cause (`xlayer.attribution.causes`) scores every incident; a finding about flows other
+   than those that dropped is weighted down by the share of the dropping flows it touches
+   (x (0.5 + 0.5 share)); findings under `MIN_CONFIDENCE` are left out, the rest ranked by confidence.  An incident nothing explains is kept, cause None.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import polars as pl
+
+from xlayer.attribution.causes import causes
+from xlayer.attribution.causes.base import NS, Context, Window
+from xlayer.attribution.drops import DropConfig, data_flows, find_drops, flow_goodput, merge_windows
+from xlayer.attribution.incidents import Analysis, Incident
+from xlayer.timeline.open import Timeline, open_timeline
+
+MIN_CONFIDENCE = 0.2
+
+
+def _overlap(a: Window, b: Window) -> int:
+    return max(0, min(a.end_ns, b.end_ns) - max(a.start_ns, b.start_ns))
+
+
+def _union(a: Window, b: Window) -> Window:
+    kind = a.kind if a.kind != "drop" else b.kind
+    return Window(min(a.start_ns, b.start_ns), max(a.end_ns, b.end_ns),
+                  sorted(set(a.flows) | set(b.flows)), sorted(set(a.stations) | set(b.stations)), kind,
+                  a.proposer or b.proposer, {**a.drop, **b.drop})
+
+
+def _cut(windows: list[Window], events: list[Window]) -> list[Window]:
+    """Return drop windows cut at event starts, the part after an event joined to that event's window."""
+    out = list(windows)
+    for ev in events:
+        nxt = []
+        for w in out:
+            if w.start_ns < ev.start_ns < w.end_ns:
+                nxt.append(Window(w.start_ns, ev.start_ns, w.flows, w.stations, w.kind, w.proposer, w.drop))
+                nxt.append(Window(ev.start_ns, w.end_ns, w.flows, w.stations, w.kind, w.proposer, w.drop))
+            else:
+                nxt.append(w)
+        out = nxt
+    merged_events = list(events)
+    keep = []
+    for w in out:
+        for i, ev in enumerate(merged_events):
+            if _overlap(w, ev) >= 0.5 * (w.end_ns - w.start_ns):
+                merged_events[i] = _union(ev, w)
+                merged_events[i].start_ns = ev.start_ns      # the event, not the drop, starts it
+                break
+        else:
+            keep.append(w)
+    return keep + merged_events
+
+
+def _merge(windows: list[Window]) -> list[Window]:
+    """Return windows with those overlapping by half of the shorter one merged (events stay apart)."""
+    ws = sorted(windows, key=lambda w: w.start_ns)
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(ws)):
+            for j in range(i + 1, len(ws)):
+                a, b = ws[i], ws[j]
+                if "event" in (a.kind, b.kind) and a.kind != b.kind:
+                    continue
+                shorter = min(a.end_ns - a.start_ns, b.end_ns - b.start_ns)
+                if shorter > 0 and _overlap(a, b) >= 0.5 * shorter:
+                    ws[i] = _union(a, b)
+                    del ws[j]
+                    changed = True
+                    break
+            if changed:
+                break
+    return ws
+
+
+def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
+            progress: Callable[[str], None] | None = None) -> Analysis:
+    """Return the incidents of a bundle (or its timeline), each with its ranked causes and evidence."""
+    cfg = cfg or DropConfig()
+    if not isinstance(tl, Timeline):
+        tl = open_timeline(tl, progress=progress)
+    ctx = Context(tl, cfg)
+    say = progress or (lambda _s: None)
+    say("finding drops")
+    chosen = data_flows(tl.table("flows"), cfg)
+    g = flow_goodput(tl.table("flow_series"), chosen, cfg, tl.table("flows"))
+    span = None
+    if cfg.window is not None:
+        t0 = ctx.span[0]
+        span = (t0 + int(cfg.window[0] * NS), t0 + int(cfg.window[1] * NS))
+    drops = find_drops(g, cfg, span)
+    windows = []
+    for s, e, d in merge_windows(drops, int(cfg.merge_gap_s * NS)):
+        flows = d["flow"].unique(maintain_order=True).to_list()
+        info = {r["flow"]: {"baseline_bps": r["baseline_bps"], "mean_bps": r["mean_bps"]} for r in d.iter_rows(named=True)}
+        windows.append(Window(s, e, flows, ctx.stations_of(flows), "drop", None, info))
+    ctx.quiet = [(w.start_ns, w.end_ns) for w in windows]
+    mods = causes()
+    proposed: list[Window] = []
+    for m in mods:
+        if hasattr(m, "propose"):
+            say(f"conditions: {m.NAME}")
+            proposed += m.propose(ctx)
+    if span is not None:
+        proposed = [w for w in proposed if w.end_ns > span[0] and w.start_ns < span[1]]
+    events = [w for w in proposed if w.kind == "event"]
+    sustained = [w for w in proposed if w.kind != "event"]
+    windows = _merge(_cut(windows, _merge(events)) + sustained)
+    incidents = []
+    for w in windows:
+        say(f"scoring {len(mods)} causes")
+        found = []
+        for m in mods:
+            f = m.score(ctx, w)
+            if f is None:
+                continue
+            if w.drop and f.flows:
+                # evidence about flows that did not drop explains less of the window
+                touched = len(set(f.flows) & set(w.drop)) / len(w.drop)
+                f.confidence *= 0.5 + 0.5 * touched
+            if f.confidence >= MIN_CONFIDENCE:
+                found.append(f)
+        # An event window is the event's consequence: the cause that saw the event ranks first
+        # (a station that lost its association also shows falling rates and retries after it).
+        found.sort(key=lambda f: (not (w.kind == "event" and f.cause == w.proposer), -f.confidence))
+        found = _roots_first(found)
+        flows = w.flows or sorted({x for f in found for x in f.flows})
+        stations = w.stations or sorted({x for f in found for x in f.stations})
+        incidents.append(Incident(w.start_ns, w.end_ns, w.kind, flows, stations, w.drop, found))
+    incidents.sort(key=lambda i: (-i.confidence, i.start_ns))
+    return Analysis(incidents, _flow_summary(ctx, chosen, g), tl.alignment.as_json(), dict(tl.bundle.tags),
+                    [f"{f}: {err}" for f, err in tl.errors.items()] + read_notes(tl))
+
+
+def read_notes(tl: Timeline) -> list[str]:
+    """Return one line per capture whose reading skipped or could not fully decode records (with the counts)."""
+    out = []
+    for f, st in getattr(tl, "read_stats", {}).items():
+        bits = []
+        if st.malformed:
+            top = ", ".join(f"{r} x{n}" for r, n in st.malformed_reasons.most_common(2))
+            bits.append(f"{st.malformed:,} of {st.records:,} records malformed ({top})")
+        if st.truncated_tail:
+            bits.append("the file ends inside its last record (skipped)")
+        if st.skipped_bytes:
+            bits.append(f"{st.skipped_bytes:,} bytes skipped")
+        if st.error:
+            bits.append(f"reading stopped early: {st.error}")
+        if bits:
+            out.append(f"{f}: " + "; ".join(bits))
+    return out
+
+
+def _roots_first(found: list) -> list:
+    """Return findings with a consequence placed after the cause the numbers show produced it.
+
+    Spurious timeouts follow a delay above the RTO; when the AP's queue overflowed in the same
+    window and its sojourn time alone reached the RTO, the queue made the delay: it ranks first.
+    """
+    by = {f.cause: f for f in found}
+    ap, sp = by.get("ap_queue_overflow"), by.get("spurious_rto")
+    if ap is not None and sp is not None and found.index(sp) < found.index(ap):
+        rto = sp.numbers.get("host_rto_ms") or sp.numbers.get("rto_estimate_ms")
+        soj = ap.numbers.get("sojourn_p95_ms")
+        if rto and soj is not None and soj >= 0.8 * rto:
+            found = [f for f in found if f is not sp]
+            found.insert(found.index(ap) + 1, sp)
+            sp.summary += f" (the AP queue's sojourn, p95 {soj:.0f} ms, made the delay)"
+    return found
+
+
+def _flow_summary(ctx: Context, chosen: pl.DataFrame, g: pl.DataFrame) -> list[dict[str, Any]]:
+    """Return one summary per data flow: where its goodput was read, mean goodput, station."""
+    flows = ctx.table("flows")
+    out = []
+    for r in chosen.iter_rows(named=True):
+        f = flows.filter((pl.col("flow") == r["flow"]) & (pl.col("capture_file") == r["capture_file"])).row(0, named=True)
+        out.append({"flow": r["flow"], "vantage": r["vantage"], "capture_file": r["capture_file"],
+                    "station": ctx.flow_station.get(r["flow"]), "start": f["first_ts_ns"] / NS,
+                    "end": f["last_ts_ns"] / NS, "goodput_bps": f["goodput_bps"], "packets": f["packets"]})
+    return out

@@ -1,0 +1,102 @@
+"""AP (or bottleneck) queue overflow: packets that reached the queue's input and never left it.
+
+With an air capture, the cross-layer join says which downlink packets the AP dropped (seen on its
+wired side, never on the air, and no ACK or Block Ack shows the sniffer merely missed them).
+Without one, packets lost between two wired captures on the path (a router's input and output)
+are the same evidence.  The numbers: packets dropped of those offered, per station, the sojourn
+time of those that got through (p95), and for each UDP flow to an affected station its offered rate
+beside what the station actually took in the window (its airtime-limited capacity).
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from xlayer.attribution.incidents import CauseFinding
+from xlayer.attribution.causes.base import LEAD_NS, NS, Context, Window, clip01, frames, mbps
+
+NAME = "ap_queue_overflow"
+MIN_DROPS = 3
+
+
+def _confidence(n: int, offered: int) -> float:
+    if n < MIN_DROPS:
+        return 0.0
+    frac = n / max(offered, 1)
+    return clip01(0.55 + 0.4 * min(1.0, n / 30) * clip01(frac / 0.02))
+
+
+def _air(ctx: Context, w: Window) -> CauseFinding | None:
+    s, e = w.start_ns - LEAD_NS, w.end_ns
+    dl = ctx.between("downlink", s, e)
+    if dl.height == 0:
+        return None
+    dropped = dl.filter(pl.col("fate") == "dropped_at_ap")
+    n = dropped.height
+    conf = _confidence(n, dl.height)
+    if conf <= 0:
+        return None
+    secs = max((e - s) / NS, 1e-9)
+    per_station = {st: c for st, c in dropped.group_by("station").len().iter_rows() if st is not None}
+    soj = dl.filter(pl.col("sojourn_ns").is_not_null())["sojourn_ns"]
+    p95 = float(soj.quantile(0.95)) / 1e6 if soj.len() else None
+    udp = []
+    for st in per_station:
+        to_st = dl.filter(pl.col("station") == st)
+        delivered_bps = float(to_st.filter(pl.col("fate") == "delivered")["ip_len"].cast(pl.Float64).sum()) * 8 / secs
+        for flow, offered in (to_st.filter(pl.col("flow").str.starts_with("udp "))
+                              .group_by("flow").agg(pl.col("ip_len").cast(pl.Float64).sum()).iter_rows()):
+            udp.append({"flow": flow, "station": st, "offered_bps": offered * 8 / secs,
+                        "station_delivered_bps": delivered_bps})
+    worst = max(per_station, key=per_station.get) if per_station else None
+    text = (f"AP dropped {n:,} of {dl.height:,} downlink packets"
+            + (f" ({per_station[worst]:,} to {worst})" if worst else "")
+            + (f"; sojourn p95 {p95:.0f} ms" if p95 is not None else ""))
+    for u in udp[:1]:
+        text += (f"; UDP {mbps(u['offered_bps'])} to {u['station']} exceeds the "
+                 f"{mbps(u['station_delivered_bps'])} the station took in (airtime-limited)")
+    return CauseFinding(NAME, conf, text,
+                        {"dropped": n, "offered": dl.height, "dropped_per_station": per_station,
+                         "sojourn_p95_ms": p95, "udp": udp},
+                        stations=sorted(per_station), flows=sorted(dropped["flow"].drop_nulls().unique().to_list()),
+                        frames=frames(dropped, "dropped at the AP (wired side)"))
+
+
+def _wired(ctx: Context, w: Window) -> CauseFinding | None:
+    s, e = w.start_ns - LEAD_NS, w.end_ns
+    lb = ctx.table("loss_bursts")
+    if lb.height == 0:
+        return None
+    kinds = {x.file: x.kind for x in ctx.tl.entries()}
+    lb = lb.filter((pl.col("start_ts_ns") >= s) & (pl.col("start_ts_ns") < e))
+    lb = lb.filter(pl.col("capture_file_a").replace_strict(kinds, default="?") == "wired")
+    lb = lb.filter(pl.col("capture_file_b").replace_strict(kinds, default="?") == "wired")
+    if lb.height == 0:
+        return None
+    pairs = lb.group_by("vantage_a", "vantage_b", "capture_file_a").agg(pl.col("length").sum().alias("lost"),
+                                                                       pl.len().alias("bursts"))
+    # The loss appears on every pair spanning the queue; the pair with the fewest hops that shows it
+    # all (the fewest total packets lost elsewhere) is where the queue is: take the largest count.
+    best = pairs.sort(["lost", "vantage_a", "vantage_b"], descending=[True, False, False]).row(0, named=True)
+    n = int(best["lost"])
+    sent = ctx.table("loss").filter((pl.col("vantage_a") == best["vantage_a"]) & (pl.col("vantage_b") == best["vantage_b"]))
+    offered = int(sent["sent"].sum()) if sent.height else n
+    conf = _confidence(n, offered)
+    if conf <= 0:
+        return None
+    mine = lb.filter((pl.col("vantage_a") == best["vantage_a"]) & (pl.col("vantage_b") == best["vantage_b"]))
+    flows = sorted(mine["flow"].unique().to_list())
+    text = (f"{n:,} packets entered the queue between {best['vantage_a']} and {best['vantage_b']} and never "
+            f"left it ({best['bursts']} loss periods)")
+    return CauseFinding(NAME, conf, text, {"dropped": n, "between": [best["vantage_a"], best["vantage_b"]],
+                                           "loss_periods": int(best["bursts"])},
+                        flows=flows, frames=frames(mine, "first packet of a loss period", file_col="capture_file_a",
+                                                   frame_col="first_frame_a"))
+
+
+def score(ctx: Context, w: Window) -> CauseFinding | None:
+    """Return the evidence of queue overflow in the window (AP drops, else wired-path loss)."""
+    if ctx.tl.entries("air"):
+        # With an air capture the join tells AP drops from air losses and sniffer misses; wired-path
+        # loss across the air (a station's uplink) would be mistaken for a queue.
+        return _air(ctx, w)
+    return _wired(ctx, w)

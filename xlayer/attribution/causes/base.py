@@ -1,0 +1,131 @@
+"""What every cause module gets: the analysis context (tables, windows, who is who) and small helpers."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from xlayer.attribution.incidents import FrameRef
+
+if TYPE_CHECKING:
+    from xlayer.attribution.drops import DropConfig
+    from xlayer.timeline.open import Timeline
+
+NS = 1_000_000_000
+LEAD_NS = 500_000_000          # causes precede their effect: evidence is read from this long before a window
+
+
+@dataclass
+class Window:
+    """A time window to explain: its flows and stations, and who proposed it (None: a goodput drop)."""
+
+    start_ns: int
+    end_ns: int
+    flows: list[str] = field(default_factory=list)
+    stations: list[str] = field(default_factory=list)
+    kind: str = "drop"                  # drop | sustained | event
+    proposer: str | None = None
+    drop: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / NS
+
+
+class Context:
+    """A timeline seen by the causes: tables, window filters, flow <-> station, incident-free baselines."""
+
+    def __init__(self, tl: Timeline, cfg: DropConfig) -> None:
+        self.tl = tl
+        self.cfg = cfg
+        self._cache: dict[str, Any] = {}
+        self.quiet: list[tuple[int, int]] = []     # drop windows: "outside" statistics leave them out
+
+    def table(self, name: str) -> pl.DataFrame:
+        """Return a metric table of the timeline."""
+        return self.tl.table(name)
+
+    def between(self, name: str, start_ns: int, end_ns: int, col: str = "ts_ns") -> pl.DataFrame:
+        """Return the rows of a table whose `col` lies in [start_ns, end_ns)."""
+        df = self.table(name)
+        if df.height == 0:
+            return df
+        return df.filter((pl.col(col) >= start_ns) & (pl.col(col) < end_ns))
+
+    def outside(self, name: str, col: str = "ts_ns") -> pl.DataFrame:
+        """Return the rows of a table outside every drop window (the steady state to compare with)."""
+        df = self.table(name)
+        for s, e in self.quiet:
+            df = df.filter((pl.col(col) < s) | (pl.col(col) >= e))
+        return df
+
+    @property
+    def span(self) -> tuple[int, int]:
+        """Return the first and last packet time of the bundle (reference clock)."""
+        if "span" not in self._cache:
+            lo, hi = None, None
+            for e in self.tl.entries():
+                ts = self.tl.packets(e.file)["ts_ns"]
+                if ts.len():
+                    lo = ts.min() if lo is None else min(lo, ts.min())
+                    hi = ts.max() if hi is None else max(hi, ts.max())
+            self._cache["span"] = (int(lo or 0), int(hi or 0))
+        return self._cache["span"]
+
+    @property
+    def flow_station(self) -> dict[str, str]:
+        """Return each flow's station (MAC) from the cross-layer join: the receiver downlink, the sender uplink."""
+        if "flow_station" not in self._cache:
+            m: dict[str, Counter] = {}
+            for name in ("downlink", "uplink"):
+                df = self.table(name)
+                if df.height == 0:
+                    continue
+                for flow, st, n in df.filter(pl.col("flow").is_not_null() & pl.col("station").is_not_null()) \
+                        .group_by("flow", "station").len().iter_rows():
+                    m.setdefault(flow, Counter())[st] += n
+            self._cache["flow_station"] = {f: c.most_common(1)[0][0] for f, c in m.items()}
+        return self._cache["flow_station"]
+
+    def stations_of(self, flows: list[str]) -> list[str]:
+        """Return the stations the flows go to or come from (known through the join), in order."""
+        out: list[str] = []
+        for f in flows:
+            st = self.flow_station.get(f)
+            if st is not None and st not in out:
+                out.append(st)
+        return out
+
+    def flows_of(self, stations: list[str]) -> list[str]:
+        """Return the data flows of the stations."""
+        return sorted(f for f, s in self.flow_station.items() if s in stations)
+
+    @property
+    def data_flows(self) -> list[str]:
+        """Return the flows drop detection considers (data flows)."""
+        from xlayer.attribution.drops import data_flows
+
+        if "data_flows" not in self._cache:
+            self._cache["data_flows"] = data_flows(self.table("flows"), self.cfg)["flow"].to_list()
+        return self._cache["data_flows"]
+
+
+def clip01(x: float) -> float:
+    """Return x limited to [0, 1]."""
+    return 0.0 if x != x else max(0.0, min(1.0, float(x)))
+
+
+def frames(df: pl.DataFrame, what: str, n: int = 3, file_col: str = "capture_file",
+           frame_col: str = "frame") -> list[FrameRef]:
+    """Return up to n example frames of a table's rows (first ones in time) as FrameRef."""
+    if df.height == 0 or file_col not in df.columns or frame_col not in df.columns:
+        return []
+    rows = df.filter(pl.col(frame_col).is_not_null()).head(n)
+    return [FrameRef(str(f), int(fr), what) for f, fr in zip(rows[file_col].to_list(), rows[frame_col].to_list())]
+
+
+def mbps(bps: float | None) -> str:
+    """Return a bit rate as text in Mbit/s."""
+    return "-" if bps is None else f"{bps / 1e6:.1f} Mbit/s"

@@ -1,0 +1,55 @@
+"""802.11 fragmentation: a small fragmentation threshold splits each packet into several MPDUs.
+
+Every fragment pays its own preamble, header, SIFS and ACK, so goodput falls with the threshold.
+Evidence: fragments per MSDU of the stations' data in the window (transmissions of distinct
+(transmitter, sequence number, fragment) over distinct (transmitter, sequence number)) and the
+airtime spent on headers and ACKs.  A fixed threshold holds all run long, so it proposes windows.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from xlayer.attribution.incidents import CauseFinding
+from xlayer.attribution.causes.base import Context, Window, clip01, frames
+
+NAME = "fragmentation"
+MIN_MSDUS = 20
+
+
+def _fpm(att: pl.DataFrame) -> tuple[float, int, int]:
+    msdus = att.select("ta", "mac_seq").n_unique()
+    frags = att.select("ta", "mac_seq", "frag").n_unique()
+    return (frags / msdus if msdus else 0.0), frags, msdus
+
+
+def score(ctx: Context, w: Window) -> CauseFinding | None:
+    """Return the evidence of fragmentation in the window."""
+    att = ctx.between("attempts", w.start_ns, w.end_ns)
+    if w.stations:
+        att = att.filter(pl.col("station").is_in(w.stations))
+    if att.height == 0:
+        return None
+    fpm, frags, msdus = _fpm(att)
+    if msdus < MIN_MSDUS:
+        return None
+    conf = clip01((fpm - 1.2) / 1.0) * 0.9
+    if conf < 0.05:
+        return None
+    fr = att.filter(pl.col("frag") > 0)
+    stations = sorted(fr["station"].drop_nulls().unique().to_list())
+    text = f"{msdus:,} packets went as {frags:,} fragments ({fpm:.1f} per packet)"
+    return CauseFinding(NAME, conf, text, {"fragments": frags, "msdus": msdus, "fragments_per_msdu": fpm},
+                        stations=stations, flows=ctx.flows_of(stations), frames=frames(fr, "802.11 fragment"))
+
+
+def propose(ctx: Context) -> list[Window]:
+    """Return the span of fragmented traffic per station where fragments per MSDU stay high."""
+    att = ctx.table("attempts")
+    out = []
+    for (st,), a in att.group_by("station"):
+        fpm, _, msdus = _fpm(a)
+        if msdus >= MIN_MSDUS and fpm >= 1.5:
+            fr = a.filter(pl.col("frag") > 0)
+            out.append(Window(int(fr["ts_ns"].min()), int(fr["ts_ns"].max()) + 1, ctx.flows_of([st]), [st],
+                              kind="sustained", proposer=NAME))
+    return out

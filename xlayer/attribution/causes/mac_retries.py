@@ -1,0 +1,70 @@
+"""MAC retries: the link layer retransmitting frames (to the window's stations) far more than usual.
+
+Evidence from the air: the retry fraction of the stations' data transmissions in the window against
+the same stations outside every drop window, the frames that failed after the retry limit, and
+example retried frames.  Retries are often a symptom: when the stations' PHY rate fell at the same
+time (rate adaptation reacting to a weaker link) the rate change is the better explanation and this
+cause's confidence is halved.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from xlayer.attribution.incidents import CauseFinding
+from xlayer.attribution.causes.base import LEAD_NS, Context, Window, clip01, frames
+
+NAME = "mac_retries"
+MIN_ATTEMPTS = 20
+
+
+def _rate(df: pl.DataFrame) -> float | None:
+    r = df.filter(pl.col("rate_mbps").is_not_null())["rate_mbps"]
+    return float(r.mean()) if r.len() else None
+
+
+def _signal_fall(ctx: Context, w: Window, stations: list[str]) -> float:
+    """Return how many dB the stations' median signal fell in the window against outside (0 if unknown)."""
+    ss = ctx.table("station_series")
+    if ss.height == 0:
+        return 0.0
+    ss = ss.filter(pl.col("station").is_in(stations))
+    inside = ss.filter((pl.col("bin_start_ns") >= w.start_ns) & (pl.col("bin_start_ns") < w.end_ns))
+    out = ctx.outside("station_series", col="bin_start_ns").filter(pl.col("station").is_in(stations))
+    a, b = inside["signal_dbm"].drop_nulls(), out["signal_dbm"].drop_nulls()
+    return float(b.median() - a.median()) if a.len() and b.len() else 0.0
+
+
+def score(ctx: Context, w: Window) -> CauseFinding | None:
+    """Return the evidence of elevated MAC retries in the window."""
+    s, e = w.start_ns - LEAD_NS, w.end_ns
+    att = ctx.between("attempts", s, e)
+    if w.stations:
+        att = att.filter(pl.col("station").is_in(w.stations))
+    if att.height < MIN_ATTEMPTS:
+        return None
+    per = (att.group_by("station").agg(pl.len().alias("attempts"), pl.col("retry").sum().alias("retries"))
+           .with_columns((pl.col("retries") / pl.col("attempts")).alias("rf")).sort("rf", descending=True))
+    worst = per.row(0, named=True)
+    rf = float(att["retry"].mean())
+    out = ctx.outside("attempts")
+    out = out.filter(pl.col("station").is_in(per["station"].to_list()))
+    rf_out = float(out["retry"].mean()) if out.height >= MIN_ATTEMPTS else None
+    conf = clip01((rf - 0.05) / 0.3) * 0.8
+    if w.kind == "drop" and rf_out:
+        conf *= clip01((rf / rf_out - 1.0) / 2.0)     # a drop needs more retries than usual: what changed
+    rate_in, rate_out = _rate(att), _rate(out)
+    fall_db = _signal_fall(ctx, w, per["station"].to_list())
+    if (rate_in is not None and rate_out and rate_in < 0.6 * rate_out) or fall_db >= 6.0:
+        conf *= 0.5          # the rate or the signal fell too: retries are the weak link's symptom
+    if conf < 0.05:
+        return None
+    failed = att.filter(~pl.col("acked").fill_null(True) & pl.col("retry"))
+    text = (f"{int(att['retry'].sum()):,} of {att.height:,} transmissions were MAC retries "
+            f"({rf:.0%}; {worst['station']} {worst['rf']:.0%})"
+            + (f", against {rf_out:.0%} outside the drops" if rf_out is not None else ""))
+    return CauseFinding(NAME, conf, text,
+                        {"attempts": att.height, "retries": int(att["retry"].sum()), "retry_fraction": rf,
+                         "retry_fraction_outside": rf_out, "unacked_retries": failed.height,
+                         "per_station": per.select("station", "attempts", "retries").to_dicts()},
+                        stations=per["station"].to_list(), flows=ctx.flows_of(per["station"].to_list()),
+                        frames=frames(att.filter(pl.col("retry")), "MAC retry"))

@@ -1,0 +1,62 @@
+"""PHY rate changes: rate adaptation moved a station to slower rates (a weaker link: distance, fading).
+
+Evidence: the station's data PHY rate in the window (weighted by frames) against its rate outside
+every drop window, the downward rate changes seen from 2 s before the window, and the signal
+strength in and out.  The slower the rate, the more airtime each packet takes, the less goodput.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from xlayer.attribution.incidents import CauseFinding
+from xlayer.attribution.causes.base import NS, Context, Window, clip01, frames
+
+NAME = "rate_change"
+BEFORE_NS = 2 * NS
+
+
+def _wrate(df: pl.DataFrame) -> float | None:
+    d = df.filter(pl.col("phy_rate_mbps").is_not_null() & (pl.col("data_frames") > 0))
+    if d.height == 0:
+        return None
+    return float((d["phy_rate_mbps"] * d["data_frames"]).sum() / d["data_frames"].sum())
+
+
+def score(ctx: Context, w: Window) -> CauseFinding | None:
+    """Return the evidence of a PHY rate fall for the window's stations."""
+    ss = ctx.between("station_series", w.start_ns, w.end_ns, col="bin_start_ns")
+    out_all = ctx.outside("station_series", col="bin_start_ns")
+    best = None
+    for st in (w.stations or ss["station"].unique().to_list()):
+        inside = ss.filter(pl.col("station") == st)
+        out = out_all.filter(pl.col("station") == st)
+        r_in, r_out = _wrate(inside), _wrate(out)
+        if r_in is None or not r_out:
+            continue
+        ratio = r_in / r_out
+        rc = ctx.between("rate_changes", w.start_ns - BEFORE_NS, w.end_ns)
+        rc = rc.filter((pl.col("station") == st) & (pl.col("to_mbps") < pl.col("from_mbps")))
+        if rc.height == 0:
+            continue
+        sig_in = inside["signal_dbm"].drop_nulls()
+        sig_out = out["signal_dbm"].drop_nulls()
+        s_in = float(sig_in.median()) if sig_in.len() else None
+        s_out = float(sig_out.median()) if sig_out.len() else None
+        # A weaker signal with the rate falls is the link itself degrading (distance, fading): the
+        # rate change is rate adaptation following it, whatever the retries do meanwhile.
+        fall_db = (s_out - s_in) if s_in is not None and s_out is not None else 0.0
+        conf = 0.9 * max(clip01((0.8 - ratio) / 0.5), clip01((fall_db - 3.0) / 9.0))
+        cand = (conf, st, r_in, r_out, rc, s_in, s_out)
+        if best is None or cand[0] > best[0]:
+            best = cand
+    if best is None or best[0] < 0.05:
+        return None
+    conf, st, r_in, r_out, rc, sig_in, sig_out = best
+    text = (f"{st}'s data rate fell to {r_in:.1f} Mbit/s from {r_out:.1f} Mbit/s "
+            f"({rc.height} downward rate changes)")
+    if sig_in is not None and sig_out is not None:
+        text += f"; signal {sig_in:.0f} dBm against {sig_out:.0f} dBm"
+    return CauseFinding(NAME, conf, text,
+                        {"station": st, "rate_in_mbps": r_in, "rate_outside_mbps": r_out,
+                         "downward_changes": rc.height, "signal_in_dbm": sig_in, "signal_outside_dbm": sig_out},
+                        stations=[st], flows=ctx.flows_of([st]), frames=frames(rc, "rate change"))

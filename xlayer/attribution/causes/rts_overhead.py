@@ -1,0 +1,69 @@
+"""RTS/CTS overhead: an RTS/CTS exchange before (nearly) every data frame.
+
+Protection costs two control frames, two SIFS and their preambles per data frame, at a basic rate:
+at high PHY rates that is a large share of the air.  Evidence: RTS frames per data transmission of
+the stations in the window, CTS answers, and the airtime the exchanges took against the data's.
+An RTS threshold holds all run long, so this cause proposes the span where the ratio stays high.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from xlayer.timeline.airtime import airtime_ns
+from xlayer.attribution.incidents import CauseFinding
+from xlayer.attribution.causes.base import Context, Window, clip01, frames
+
+NAME = "rts_overhead"
+MIN_DATA = 50
+
+
+def _control(ctx: Context, subtype: int, start: int | None = None, end: int | None = None) -> pl.DataFrame:
+    parts = []
+    for e in ctx.tl.entries("air"):
+        p = ctx.tl.packets(e.file)
+        q = p.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == subtype))
+        if start is not None:
+            q = q.filter((pl.col("ts_ns") >= start) & (pl.col("ts_ns") < end))
+        parts.append(q)
+    return pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
+
+
+def _ratio(ctx: Context, start: int, end: int, stations: list[str]) -> tuple[float, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    att = ctx.between("attempts", start, end)
+    rts = _control(ctx, 11, start, end)
+    if stations and rts.height:
+        rts = rts.filter(pl.col("wlan_ta").is_in(stations) | pl.col("wlan_ra").is_in(stations))
+        att = att.filter(pl.col("station").is_in(stations))
+    return (rts.height / att.height if att.height else 0.0), rts, att, _control(ctx, 12, start, end)
+
+
+def score(ctx: Context, w: Window) -> CauseFinding | None:
+    """Return the evidence of RTS/CTS overhead in the window."""
+    ratio, rts, att, cts = _ratio(ctx, w.start_ns, w.end_ns, w.stations)
+    if att.height < MIN_DATA or rts.height == 0:
+        return None
+    conf = clip01((ratio - 0.2) / 0.5) * 0.8
+    if conf < 0.05:
+        return None
+    ctl_air = float(airtime_ns(rts).fill_null(0).sum() + (airtime_ns(cts).fill_null(0).sum() if cts.height else 0))
+    text = (f"{rts.height:,} RTS and {cts.height:,} CTS for {att.height:,} data transmissions "
+            f"({ratio:.2f} RTS per data frame; {ctl_air / 1e6:.0f} ms of air on the exchanges)")
+    ends = set(rts["wlan_ta"].drop_nulls().to_list()) | set(rts["wlan_ra"].drop_nulls().to_list())
+    stations = sorted(ends & set(att["station"].drop_nulls().to_list()))
+    return CauseFinding(NAME, conf, text, {"rts": rts.height, "cts": cts.height, "data_transmissions": att.height,
+                                           "rts_per_data": ratio, "control_airtime_ms": ctl_air / 1e6},
+                        stations=stations, flows=ctx.flows_of(stations), frames=frames(rts, "RTS"))
+
+
+def propose(ctx: Context) -> list[Window]:
+    """Return the span of each station's data when RTS/CTS precedes most of it."""
+    att = ctx.table("attempts")
+    out = []
+    if att.height == 0:
+        return out
+    for (st,), a in att.group_by("station"):
+        s, e = int(a["ts_ns"].min()), int(a["ts_ns"].max()) + 1
+        ratio, rts, att_w, _ = _ratio(ctx, s, e, [st])
+        if att_w.height >= MIN_DATA and ratio >= 0.5:
+            out.append(Window(s, e, ctx.flows_of([st]), [st], kind="sustained", proposer=NAME))
+    return out

@@ -1,0 +1,1 @@
+"""The `xlayer` command line: one module per command."""

@@ -1,0 +1,105 @@
+"""The `xlayer analyze` command: why did throughput drop, in one readable summary or as JSON."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+from xlayer.bundle.manifest import BundleError
+from xlayer.signals import Stop, stop_on_sigterm
+
+
+
+
+def _clock(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return datetime.fromtimestamp(s, tz=timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+
+
+def summary_text(an: Any) -> str:
+    """Return the analysis as readable text: flows, then incidents ranked with one sentence each."""
+    from xlayer.cli.bundle import safe_text as t
+
+    lines = []
+    tags = ", ".join(f"{t(k)}={t(v)}" for k, v in an.tags.items())
+    if tags:
+        lines.append(f"bundle: {tags}")
+    lines.append(f"reference clock: {t(an.alignment.get('reference'))}")
+    lines.append(f"flows ({len(an.flows)}):")
+    for f in an.flows:
+        st = f" to/from {t(f['station'])}" if f.get("station") else ""
+        lines.append(f"  {t(f['flow'])}{st}: {f['goodput_bps'] / 1e6:.2f} Mbit/s goodput at {t(f['vantage'])}, "
+                     f"{_clock(f['start'])}-{_clock(f['end'])}")
+    if not an.incidents:
+        lines.append("no incident: no flow dropped below its steady state and no condition held")
+    else:
+        lines.append(f"incidents ({len(an.incidents)}), most certain first:")
+    for k, inc in enumerate(an.incidents, 1):
+        span = f"{_clock(inc.start_ns / 1e9)}-{_clock(inc.end_ns / 1e9)} ({(inc.end_ns - inc.start_ns) / 1e9:.1f} s)"
+        if not inc.findings:
+            lines.append(f" {k}. {span} {inc.kind}: no cause found; flows {t(', '.join(inc.flows))}")
+            continue
+        top = inc.findings[0]
+        lines.append(f" {k}. {span} {inc.kind}: {top.cause} ({top.confidence:.2f}): {t(top.summary)}")
+        others = ", ".join(f"{c.cause} {c.confidence:.2f}" for c in inc.findings[1:])
+        if others:
+            lines.append(f"    also: {others}")
+        if top.frames:
+            ex = "; ".join(f"{t(fr.capture_file)} #{fr.frame} ({t(fr.what)})" for fr in top.frames[:3])
+            lines.append(f"    frames: {ex}")
+    for n in an.notes:
+        lines.append(f"note: {t(n)}")
+    return "\n".join(lines)
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    """Analyze a bundle and print the summary or JSON; return the exit code."""
+    from tqdm import tqdm
+
+    from xlayer.attribution.analyze import analyze
+    from xlayer.cli.bundle import safe_text
+    from xlayer.attribution.drops import DropConfig
+
+    stop_on_sigterm()
+    cfg = DropConfig(threshold=args.threshold, min_duration_s=args.min_duration,
+                     window=tuple(args.window) if args.window else None)
+    try:
+        with tqdm(total=None, desc="analyze", disable=args.quiet or args.json or None, leave=False) as bar:
+            def step(what: str) -> None:
+                bar.set_postfix_str(what)
+                bar.update(1)
+
+            an = analyze(args.bundle, cfg, progress=step)
+    except BundleError as exc:
+        print(f"xlayer: {safe_text(exc)}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Stop):
+        return 130
+    if args.json:
+        json.dump(an.as_json(), sys.stdout, indent=2, allow_nan=False, default=str)
+        print()
+    else:
+        print(summary_text(an))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the `analyze` command to the xlayer argument parser; return None."""
+    p = subparsers.add_parser(
+        "analyze", help="find where throughput dropped and rank the causes, with the evidence",
+        description="Align BUNDLE's captures, find windows where a flow's goodput fell well below its own "
+        "steady state (or a condition that held all run), and score every cause on every layer's evidence.")
+    p.add_argument("bundle", metavar="BUNDLE", help="bundle directory (or its bundle.json)")
+    p.add_argument("--json", action="store_true",
+                   help='print {"incidents": [{start, end, cause, confidence, causes, flows, stations, evidence, '
+                   'frames}], "flows": [...], "alignment": {...}} (times: reference epoch seconds)')
+    p.add_argument("--threshold", type=float, default=0.5, metavar="F",
+                   help="a drop is goodput below F x the flow's steady state (default 0.5)")
+    p.add_argument("--min-duration", type=float, default=0.3, metavar="S", help="shortest drop, seconds (default 0.3)")
+    p.add_argument("--window", type=float, nargs=2, metavar=("FROM", "TO"),
+                   help="analysis window, seconds from the bundle's first packet (study 001 used 50 100)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_analyze)

@@ -1,0 +1,76 @@
+"""The `xlayer metrics` command: a bundle's metric tables, on the reference clock, as Parquet."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from xlayer.bundle.manifest import BundleError
+from xlayer.signals import Stop, stop_on_sigterm
+
+
+
+
+def cmd_metrics(args: argparse.Namespace) -> int:
+    """Compute and write the metric tables of a bundle; return the exit code."""
+    from tqdm import tqdm
+
+    from xlayer.cli.bundle import safe_text
+    from xlayer.metrics.export import write_metrics
+    from xlayer.timeline.open import open_timeline, table_names
+
+    if args.list:
+        from xlayer.metrics.export import table_doc
+
+        for name in table_names():
+            print(f"{name}: {table_doc(name)['row']}")
+        return 0
+    if not args.bundle or not args.output:
+        print("xlayer: metrics: BUNDLE and -o/--output DIR are required", file=sys.stderr)
+        return 2
+    stop_on_sigterm()
+    names = args.tables.split(",") if args.tables else None
+    try:
+        with tqdm(total=None, desc="metrics", disable=args.quiet or None, leave=False) as bar:
+            def step(what: str) -> None:
+                bar.set_postfix_str(what)
+                bar.update(1)
+
+            tl = open_timeline(args.bundle, reference=args.reference, decoder=args.decoder,
+                               bin_ns=int(round(args.bin * 1e9)), progress=step)
+            man = write_metrics(tl, args.output, names, progress=step)
+    except (BundleError, KeyError) as exc:
+        print(f"xlayer: {safe_text(exc.args[0] if isinstance(exc, KeyError) else exc)}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Stop):
+        print(f"xlayer: interrupted; {args.output}/metrics.json lists the tables written so far", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        print(f"xlayer: cannot write {safe_text(args.output)}: {safe_text(exc.strerror or exc)}; "
+              "metrics.json lists the tables written before the error", file=sys.stderr)
+        return 1
+    for name, t in man["tables"].items():
+        print(f"{name:18s} {t['rows']:>9d} rows  {t['file']}")
+    for f, err in man["read_errors"].items():
+        print(f"warning: {safe_text(f)}: {safe_text(err)}", file=sys.stderr)
+    print(f"wrote {len(man['tables'])} tables to {safe_text(args.output)} (reference clock: "
+          f"{safe_text(man['alignment']['reference'])})")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the `metrics` command to the xlayer argument parser; return None."""
+    p = subparsers.add_parser(
+        "metrics", help="write a bundle's per-layer metric tables (flows, TCP events, stations, join) as Parquet",
+        description="Read every capture of BUNDLE, put it on the reference clock (as `xlayer align`), and write "
+        "each metric table to DIR/NAME.parquet with DIR/metrics.json documenting every column. "
+        "`--list` names the tables.")
+    p.add_argument("bundle", metavar="BUNDLE", nargs="?", help="bundle directory (or its bundle.json)")
+    p.add_argument("-o", "--output", metavar="DIR", help="directory to write (created if missing)")
+    p.add_argument("--tables", metavar="A,B", help="only these tables (default: all)")
+    p.add_argument("--bin", type=float, default=0.1, metavar="SECONDS", help="series bin width (default 0.1 s)")
+    p.add_argument("--reference", metavar="CLOCK|VANTAGE|FILE", help="the clock to put everything on")
+    p.add_argument("--decoder", choices=("fast", "reference"), default="fast")
+    p.add_argument("--list", action="store_true", help="list the tables and what a row of each is")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_metrics)

@@ -1,0 +1,69 @@
+"""The `xlayer report` command: a bundle's analysis as one self-contained HTML page (xlayer.report.page)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from xlayer.bundle.manifest import BundleError
+from xlayer.signals import Stop, stop_on_sigterm
+
+
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Analyze a bundle and write its HTML report; return the exit code."""
+    from tqdm import tqdm
+
+    from xlayer.attribution.analyze import analyze
+    from xlayer.cli.bundle import safe_text
+    from xlayer.report.page import build_report
+    from xlayer.timeline.open import open_timeline
+
+    stop_on_sigterm()
+    try:
+        with tqdm(total=None, desc="report", unit=" steps", disable=args.quiet or None, leave=False) as bar:
+            def step(what: str) -> None:
+                bar.set_postfix_str(what)
+                bar.update(1)
+
+            tl = open_timeline(args.bundle, reference=args.reference, decoder=args.decoder,
+                               bin_ns=int(round(args.bin * 1e9)), progress=step)
+            step("metric tables")
+            tl.tables(progress=lambda name: step(f"table {name}"))
+            step("analysis")
+            analysis = analyze(tl)
+            rep = build_report(tl, analysis, args.output, title=args.title, progress=step)
+    except BundleError as exc:
+        print(f"xlayer: {safe_text(exc)}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Stop):
+        print("xlayer: interrupted; no report written", file=sys.stderr)
+        return 130
+    except OSError as exc:
+        print(f"xlayer: cannot write {safe_text(args.output)}: {safe_text(exc.strerror or exc)}", file=sys.stderr)
+        return 1
+    n = len(analysis.incidents)
+    print(f"wrote {safe_text(rep.path)} ({rep.size_bytes / 1e6:.1f} MB): {len(rep.panels)} panels, "
+          f"{n} incident{'s' if n != 1 else ''}")
+    for title, why in rep.omitted.items():
+        print(f"  left out: {title}: {safe_text(why)}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the `report` command to the xlayer argument parser; return None."""
+    p = subparsers.add_parser(
+        "report", help="write a self-contained HTML page: every layer on one time axis, incidents shaded",
+        description="Read BUNDLE, align its clocks, find the incidents (as `xlayer analyze`), and write one "
+        "HTML page that works offline: goodput, station PHY rate/retries/airtime/RSSI, AP sojourn and drops, "
+        "TCP retransmissions, host cwnd/srtt/rto beside the one-way delay, on linked time axes with the "
+        "incident windows shaded, plus tables of incidents, flows, clock alignment and the bundle's tags.")
+    p.add_argument("bundle", metavar="BUNDLE", help="bundle directory (or its bundle.json)")
+    p.add_argument("-o", "--output", metavar="FILE", default="report.html", help="page to write (default report.html)")
+    p.add_argument("--title", help="page title (default: the bundle's directory name)")
+    p.add_argument("--bin", type=float, default=0.1, metavar="SECONDS", help="series bin width (default 0.1 s)")
+    p.add_argument("--reference", metavar="CLOCK|VANTAGE|FILE", help="the clock to put everything on")
+    p.add_argument("--decoder", choices=("fast", "reference"), default="fast")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_report)

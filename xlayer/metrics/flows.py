@@ -1,0 +1,620 @@
+"""Per-flow metrics on the reference clock: volume and rate, RTT, one-way delay, delay variation, loss.
+
+A flow is one direction of a transport conversation (`xlayer.timeline.flowkey`); every table names it the same
+way and keeps capture files + frame numbers beside each value so a person can find the packets.
+
+What a capture contributes: its rows that carry an IP source and destination (on the air: unencrypted
+data frames; frames with a bad FCS are left out).  An air capture sees each MAC retry of the same MPDU
+again: a frame repeating the transmitter, 802.11 sequence/fragment number and IP identity of one seen
+less than `MAC_RETRY_WINDOW_NS` before is that retry and is counted once, at its first capture (so the
+delay to the air is the AP's sojourn plus the first attempt's airtime).
+
+Tables:
+
+* ``flows`` / ``flow_series``: packets, IP bytes, payload bytes, goodput and throughput (all IP bytes),
+  per flow per capture, whole and per bin of ``Timeline.bin_ns``.  The series has every bin between
+  the flow's first and last packet, empty bins as zeros, except that an idle gap longer than
+  `SERIES_MAX_GAP_NS` is marked by one empty bin at each end (a flow that sends one packet a minute
+  for a day would otherwise be a million rows).  Goodput counts, for TCP, how far each segment moves
+  the highest sequence number seen in this capture (retransmissions count nothing; a jump over a hole
+  counts the hole, whose bytes arrive later in retransmissions), so at the receiver it sums to the
+  unique bytes delivered; for other protocols all payload.
+* ``rtt``: TCP round-trip samples at each capture: from a data segment to the first ACK that covers
+  it (one sample per ACK advancing the cumulative acknowledgement, taken from the most recently sent
+  segment it covers; Karn's rule: none when that segment was a retransmission or was retransmitted),
+  and from the first segment carrying a TSval to the first reverse ACK echoing it (skipped when two
+  copies of the same bytes carry that TSval).  A capture at the sender measures the whole round trip;
+  one in the middle measures the part beyond it (to the receiver and back); one at the receiver only
+  the receiver's ACK delay.
+* ``owd``: one row per packet seen at two captures, for every ordered pair of *adjacent* captures
+  that both saw the flow, oriented upstream -> downstream: its one-way delay, its RFC 3393 IPDV and
+  the RFC 3550 jitter after its arrival (one table rather than three: per-packet rows for pairs of
+  captures are the largest table of a bundle).  Upstream is not the sign of a flow's median delay,
+  which on a short leg (two captures on one wire) is the clock alignment's error: a conversation seen
+  both ways at both captures goes the way its data delay minus its reverse delay (the sum of both
+  one-way delays, clock error cancelled) says; a one-way flow goes from the side of the pair its
+  source (or away from the side its destination) is on by those conversations; only a flow with
+  neither follows its median's sign.  So a short leg's delays can be slightly negative.  Adjacent:
+  no third capture lies between the two on the flow's path (the flow goes from the first to it and
+  from it to the second); the delay across such a capture is the sum of the two legs' rows.  `owd_pair(tl, a, b)` gives any pair on demand, `between_keyed(...,
+  pairs="all")` every pair.  Packets are matched on (flow, IP identification, TCP sequence number,
+  UDP length, IP length, fragment offset; the TCP payload length follows from the IP length); an identity seen twice
+  in one capture (e.g. a retransmission that kept its IP id) is ambiguous and gives no delay.  IPv6
+  packets without a fragment header have no identification: their TCP segments still match by
+  sequence number, other IPv6 packets mostly end up ambiguous.
+
+  - IPDV, selection function "consecutive packets": the packet's delay minus that of the packet sent
+    just before it at the upstream capture; null when that one was lost (or ambiguous).
+  - Jitter: J after each arrival at the downstream capture, in arrival order: D = difference of
+    consecutive transit times, J += (|D| - J) / 16 from J = 0, in ns (not RTP timestamp units).
+* ``loss`` / ``loss_bursts``: RFC 2680 one-way loss between the two captures (sent upstream, never seen
+  downstream) with RFC 3357-style loss periods (runs of consecutive lost packets in upstream order).
+  A downstream capture only sees what reaches it: loss to an air capture includes the sniffer's misses;
+  loss to a station's own capture is loss to that station.  Counted only over packets sent upstream
+  early enough to reach the downstream capture while it recorded: from its first record minus the
+  flow's smallest delay between the two, to a guard before its last record (the larger of
+  `LOSS_GUARD_MIN_NS` and the flow's largest delay: a later packet could still have been in flight);
+  ``window_start_ns``/``window_end_ns`` say which upstream times were counted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from xlayer.metrics.schema import Column, conform, register
+
+if TYPE_CHECKING:
+    from xlayer.timeline.open import Timeline
+
+NEEDS: tuple[str, ...] = (
+    "frame", "ts_ns", "fcs_bad", "wlan_ta", "wlan_seq", "wlan_frag",
+    "ip_src", "ip_dst", "ip_proto", "ip_id", "ip_len", "ip_hdr_len", "ip_mf", "ip_frag_offset",
+    "sport", "dport", "tcp_seq", "tcp_ack", "tcp_flags", "tcp_hdr_len", "tcp_len", "tcp_tsval", "tcp_tsecr", "udp_len")
+
+# what this module reads of a packet table (the timeline's added columns too)
+_READ = [*NEEDS, "capture_file", "vantage", "kind", "flow", "conn", "dir"]
+LOSS_GUARD_MIN_NS = 100_000_000      # floor of the in-flight guard before the downstream capture's end
+MAC_RETRY_WINDOW_NS = 1_000_000_000  # an air frame repeating an MPDU's identity this soon is its retry
+SERIES_MAX_GAP_NS = 10_000_000_000   # longer idle gaps of a flow are not filled bin by bin
+
+_BIG = 1 << 32
+_HALF = 1 << 31
+_SYN, _FIN, _ACK = 0x02, 0x01, 0x10
+# Packet identity across captures; "fh" is the flow name's hash (integer joins, the name rides along).
+_KEY = ("fh", "k_id", "k_seq", "k_ulen", "k_iplen", "k_off")
+_C = Column
+
+_SRC = (
+    _C("vantage", pl.Utf8, "", "where the capture was taken (bundle manifest)"),
+    _C("capture_file", pl.Utf8, "", "capture file of the bundle the numbers come from"),
+)
+_PAIR = (
+    _C("flow", pl.Utf8, "", "the flow (one direction, xlayer.timeline.flowkey)"),
+    _C("vantage_a", pl.Utf8, "", "upstream capture's vantage (the packet passes it first)"),
+    _C("vantage_b", pl.Utf8, "", "downstream capture's vantage"),
+    _C("capture_file_a", pl.Utf8, "", "upstream capture file"),
+    _C("capture_file_b", pl.Utf8, "", "downstream capture file"),
+)
+
+FLOWS = register("flows", (
+    _C("flow", pl.Utf8, "", "the flow (one direction, xlayer.timeline.flowkey)"),
+    _C("conn", pl.Utf8, "", "the conversation, both directions (xlayer.timeline.flowkey)"),
+    _C("dir", pl.Utf8, "", "a: first endpoint of conn to the second; b: the reverse"),
+    _C("proto", pl.Utf8, "", "transport protocol name (tcp, udp, icmp, ... or ipN)"),
+    _C("src", pl.Utf8, "", "source address"), _C("sport", pl.UInt16, "", "source port (null without ports)"),
+    _C("dst", pl.Utf8, "", "destination address"),
+    _C("dport", pl.UInt16, "", "destination port (null without ports)"),
+    *_SRC,
+    _C("first_ts_ns", pl.Int64, "ns", "first packet of the flow in this capture, reference clock"),
+    _C("last_ts_ns", pl.Int64, "ns", "last packet of the flow in this capture, reference clock"),
+    _C("first_frame", pl.Int64, "", "frame number of the first packet in capture_file"),
+    _C("packets", pl.Int64, "", "packets (air: MAC retries of one MPDU counted once)"),
+    _C("bytes", pl.Int64, "B", "IP bytes (IP total length, as the header says)"),
+    _C("payload_bytes", pl.Int64, "B", "transport payload bytes (TCP segment data, UDP data, else IP payload)"),
+    _C("goodput_bytes", pl.Int64, "B", "new payload bytes: TCP: advance of the highest sequence number seen "
+       "(retransmissions count nothing); other protocols: all payload"),
+    _C("goodput_bps", pl.Float64, "bit/s", "goodput_bytes over last_ts_ns - first_ts_ns (null for one packet)"),
+    _C("throughput_bps", pl.Float64, "bit/s", "bytes over last_ts_ns - first_ts_ns (null for one packet)"),
+), "one flow (direction) as one capture saw it: volume, goodput and throughput over its lifetime")
+
+FLOW_SERIES = register("flow_series", (
+    _C("flow", pl.Utf8, "", "the flow (one direction, xlayer.timeline.flowkey)"),
+    *_SRC,
+    _C("bin_start_ns", pl.Int64, "ns", "start of the bin (a multiple of the timeline's bin_ns), reference clock"),
+    _C("bin_ns", pl.Int64, "ns", "bin width"),
+    _C("packets", pl.Int64, "", "packets in the bin"),
+    _C("bytes", pl.Int64, "B", "IP bytes in the bin"),
+    _C("payload_bytes", pl.Int64, "B", "transport payload bytes in the bin"),
+    _C("goodput_bytes", pl.Int64, "B", "new payload bytes in the bin (see flows.goodput_bytes)"),
+    _C("goodput_bps", pl.Float64, "bit/s", "goodput_bytes over the bin width"),
+    _C("throughput_bps", pl.Float64, "bit/s", "bytes over the bin width"),
+), "one bin of one flow at one capture; every bin from the flow's first to last packet, empty ones as zeros "
+   "(idle gaps over 10 s: one empty bin at each end)")
+
+RTT = register("rtt", (
+    _C("flow", pl.Utf8, "", "the data direction (its segments are timed; the ACKs go the other way)"),
+    *_SRC,
+    _C("ts_ns", pl.Int64, "ns", "the ACK's time: when the sample is known, reference clock"),
+    _C("rtt_ns", pl.Int64, "ns", "ACK time minus data segment time, both at this capture: the round trip "
+       "beyond this vantage (whole round trip at the sender)"),
+    _C("data_frame", pl.Int64, "", "frame of the timed data segment in capture_file"),
+    _C("ack_frame", pl.Int64, "", "frame of the ACK in capture_file"),
+    _C("method", pl.Utf8, "", "seq_ack: first ACK covering the segment (Karn's rule); ts_echo: first ACK "
+       "echoing the segment's TSval in TSecr"),
+), "one TCP round-trip time sample at one capture")
+
+OWD = register("owd", (
+    *_PAIR,
+    _C("ts_ns", pl.Int64, "ns", "the packet's time at the upstream capture, reference clock"),
+    _C("owd_ns", pl.Int64, "ns", "time at the downstream capture minus time upstream (clock alignment error "
+       "included)"),
+    _C("frame_a", pl.Int64, "", "frame in capture_file_a"),
+    _C("frame_b", pl.Int64, "", "frame in capture_file_b (air: the first attempt captured)"),
+    _C("ipdv_ns", pl.Int64, "ns", "RFC 3393 IPDV: owd_ns minus that of the packet sent just before it at the "
+       "upstream capture (null when that one was lost or ambiguous)"),
+    _C("jitter_ns", pl.Float64, "ns", "RFC 3550 interarrival jitter J after this packet's arrival downstream "
+       "(in arrival order; J += (|D| - J)/16, J = 0 before the first)"),
+), "one packet of a flow seen at two captures: its one-way delay upstream -> downstream, IPDV and jitter")
+
+LOSS = register("loss", (
+    *_PAIR,
+    _C("window_start_ns", pl.Int64, "ns", "earliest upstream time counted (downstream capture's first record "
+       "minus the flow's smallest delay)"),
+    _C("window_end_ns", pl.Int64, "ns", "latest upstream time counted (downstream capture's last record minus "
+       "the in-flight guard)"),
+    _C("sent", pl.Int64, "", "packets seen upstream in the window (ambiguous identities left out)"),
+    _C("lost", pl.Int64, "", "of those, packets never seen downstream (RFC 2680)"),
+    _C("loss_ratio", pl.Float64, "fraction", "lost / sent"),
+    _C("bursts", pl.Int64, "", "loss periods: runs of consecutive lost packets in upstream order (RFC 3357)"),
+    _C("mean_burst_len", pl.Float64, "packets", "mean loss period length (null without loss)"),
+    _C("max_burst_len", pl.Int64, "packets", "longest loss period (0 without loss)"),
+), "one flow between two captures: one-way packet loss and its loss periods")
+
+LOSS_BURSTS = register("loss_bursts", (
+    *_PAIR,
+    _C("start_ts_ns", pl.Int64, "ns", "upstream time of the first lost packet of the run"),
+    _C("end_ts_ns", pl.Int64, "ns", "upstream time of the last lost packet of the run"),
+    _C("length", pl.Int64, "packets", "consecutive packets lost"),
+    _C("first_frame_a", pl.Int64, "", "frame of the first lost packet in capture_file_a"),
+), "one loss period: a run of consecutive packets of a flow sent upstream and never seen downstream")
+
+TABLES = {"flows": FLOWS, "flow_series": FLOW_SERIES, "rtt": RTT, "owd": OWD, "loss": LOSS,
+          "loss_bursts": LOSS_BURSTS}
+
+
+@dataclass
+class Prepared:
+    """One capture's IP packets, narrowed to what the metrics read, with per-flow attributes beside."""
+
+    vantage: str
+    capture_file: str
+    df: pl.DataFrame      # one row per packet (air: per MPDU), in frame order
+    flows: pl.DataFrame   # one row per flow: fid, flow, conn, dir, src, sport, dst, dport
+
+    @property
+    def height(self) -> int:
+        """Return the number of packets."""
+        return self.df.height
+
+
+# --- preparation ---
+
+def _unwrap(col: str, by: str) -> pl.Expr:
+    """32-bit sequence numbers made monotone int64 within `by` groups (rows in capture order)."""
+    raw = pl.col(col).cast(pl.Int64)
+    step = ((raw - raw.shift(1).over(by) + _HALF) % _BIG) - _HALF
+    return step.fill_null(raw).cum_sum().over(by)
+
+
+def _code(col: str) -> pl.Expr:
+    """A small integer per distinct string (window functions over integers are several times faster)."""
+    return pl.col(col).cast(pl.Categorical).to_physical().cast(pl.Int64)
+
+
+def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
+    """Return a capture's IP packets (MAC retries dropped on the air) with payload, identity and TCP columns."""
+    cols = set(packets.columns)
+
+    def col(name: str, dtype: pl.DataType) -> pl.Expr:
+        return (pl.col(name).cast(dtype) if name in cols else pl.lit(None, dtype)).alias(name)
+
+    vantage = packets["vantage"][0] if packets.height and "vantage" in cols else ""
+    capture_file = packets["capture_file"][0] if packets.height and "capture_file" in cols else ""
+    # lazily: the filters then copy only the columns selected, not every column of the packet table
+    keep = pl.col("flow").is_not_null()
+    if "fcs_bad" in cols:
+        keep = keep & ~pl.col("fcs_bad").fill_null(False)
+    df = packets.lazy().filter(keep).select(
+        "flow", "conn", "dir", col("frame", pl.Int64), col("ts_ns", pl.Int64),
+        col("ip_src", pl.Utf8), col("ip_dst", pl.Utf8), col("ip_proto", pl.Int64), col("sport", pl.UInt16),
+        col("dport", pl.UInt16), col("ip_id", pl.Int64), col("ip_len", pl.Int64), col("ip_hdr_len", pl.Int64),
+        col("ip_mf", pl.Boolean), col("ip_frag_offset", pl.Int64), col("tcp_seq", pl.Int64),
+        col("tcp_ack", pl.Int64), col("tcp_flags", pl.Int64), col("tcp_len", pl.Int64), col("tcp_hdr_len", pl.Int64),
+        col("tcp_tsval", pl.Int64), col("tcp_tsecr", pl.Int64), col("udp_len", pl.Int64),
+        col("wlan_ta", pl.Utf8), col("wlan_seq", pl.Int64), col("wlan_frag", pl.Int64),
+    ).collect()
+    del packets           # freed here if the caller holds no other reference to it (`build` does not)
+    # A capture's rows come in frame order: sorting them anyway would gather every column (strings
+    # included) into a second copy of the table, the largest allocation of the whole module.
+    if not df["frame"].is_sorted():
+        df = df.sort("frame")
+    df = df.with_columns(
+        _code("flow").alias("fid"), pl.col("flow").hash().alias("fh"),
+        # (conn, dir) as one integer; its other direction is the same number with the last bit flipped
+        (_code("conn") * 2 + (pl.col("dir") == "b").cast(pl.Int64)).alias("g"),
+        pl.col("ip_id").fill_null(-1).alias("k_id"), pl.col("tcp_seq").fill_null(-1).alias("k_seq"),
+        pl.col("udp_len").fill_null(-1).cast(pl.Int32).alias("k_ulen"),
+        pl.col("ip_len").fill_null(-1).alias("k_iplen"), pl.col("ip_frag_offset").fill_null(0).cast(pl.Int32).alias("k_off"))
+    if kind == "air" and df.height:
+        # A MAC retry repeats the MPDU (transmitter, sequence, fragment) and its IP identity; 802.11
+        # sequence numbers wrap every 4096 MPDUs, so only a repeat within a short time is a retry.
+        df = df.with_columns(_code("wlan_ta").fill_null(-1).alias("_ta"), pl.col("wlan_seq").fill_null(-1),
+                             pl.col("wlan_frag").fill_null(-1))
+        ident = ["_ta", "wlan_seq", "wlan_frag", *_KEY]
+        df = df.with_columns(pl.struct(ident).hash().alias("_mpdu"))
+        df = df.filter(((pl.col("ts_ns") - pl.col("ts_ns").shift(1).over("_mpdu")) >= MAC_RETRY_WINDOW_NS)
+                       .fill_null(True))
+    flows = (df.group_by("fid").agg(pl.col("flow", "conn", "dir", "ip_src", "ip_dst", "sport", "dport").first())
+             .rename({"ip_src": "src", "ip_dst": "dst"}))
+    frag = pl.col("ip_mf").fill_null(False) | (pl.col("ip_frag_offset").fill_null(0) > 0)
+    l4 = pl.col("ip_len") - pl.col("ip_hdr_len")
+    # TCP payload from the IP length where the headers give it: the first 802.11 fragment of a packet
+    # carries the whole IP header but only part of the segment, and tcp_len is then what the frame holds.
+    tcp_from_ip = l4 - pl.col("tcp_hdr_len")
+    tcp_len = pl.when((pl.col("ip_len") > 0) & (tcp_from_ip >= 0)).then(tcp_from_ip).otherwise(pl.col("tcp_len"))
+    df = df.with_columns(tcp_len.alias("tcp_len"))
+    payload = (pl.when(pl.col("ip_proto") == 6).then(pl.col("tcp_len"))
+               .when(frag & (pl.col("ip_proto") == 17) & (pl.col("ip_frag_offset").fill_null(0) == 0)).then(l4 - 8)
+               .when(frag).then(l4)
+               .when((pl.col("ip_proto") == 17) & pl.col("udp_len").is_not_null()).then(pl.col("udp_len") - 8)
+               .otherwise(l4))
+    flags = pl.col("tcp_flags").fill_null(0)
+    df = df.select(
+        "frame", "ts_ns", "fid", "fh", "g", *_KEY[1:], "flow",
+        pl.col("ip_len").fill_null(0), payload.fill_null(0).clip(lower_bound=0).alias("payload"),
+        ((pl.col("ip_proto") == 6) & pl.col("tcp_seq").is_not_null()).alias("is_tcp"),
+        "tcp_seq", "tcp_ack", (flags & _ACK > 0).alias("ack_flag"), pl.col("tcp_tsval").alias("tsval"),
+        pl.col("tcp_tsecr").alias("tsecr"),
+        (pl.col("tcp_len").fill_null(0) + (flags & _SYN > 0).cast(pl.Int64) + (flags & _FIN > 0).cast(pl.Int64))
+        .alias("span"), pl.col("tcp_len").fill_null(0).alias("_tlen"))
+    tcp = df.filter(pl.col("is_tcp")).with_columns(_unwrap("tcp_seq", "fid").alias("seq_u"))
+    tcp = tcp.with_columns((pl.col("seq_u") + pl.col("span")).alias("end_u"))
+    # Highest sequence end seen before this segment: bytes beyond it are new (goodput), a segment
+    # starting below it resends something (a retransmission, or reordering at a later vantage).
+    tcp = tcp.with_columns(pl.col("end_u").cum_max().shift(1).over("fid").alias("_prev"))
+    # A jump over a hole counts the hole's bytes too: they are filled later by retransmissions that
+    # count nothing, so the sum is the sequence space covered (tcptrace's "unique bytes").
+    tcp = tcp.with_columns(
+        pl.when(pl.col("_prev").is_null()).then(pl.col("payload"))
+        .otherwise((pl.col("seq_u") + pl.col("_tlen") - pl.col("_prev")).clip(lower_bound=0)).alias("new_payload"),
+        (pl.col("_prev").is_not_null() & (pl.col("seq_u") < pl.col("_prev")) & (pl.col("span") > 0)).alias("retx"))
+    other = df.filter(~pl.col("is_tcp")).with_columns(
+        pl.lit(None, pl.Int64).alias("seq_u"), pl.lit(None, pl.Int64).alias("end_u"),
+        pl.lit(None, pl.Int64).alias("_prev"), pl.col("payload").alias("new_payload"), pl.lit(False).alias("retx"))
+    out = pl.concat([tcp, other.select(tcp.columns)]).drop("_prev", "_tlen", "tcp_seq").sort("frame")
+    return Prepared(vantage, capture_file, out, flows)
+
+
+# --- flows and series ---
+
+def flow_totals(prep: Prepared) -> pl.DataFrame:
+    """Return the `flows` table of one prepared capture."""
+    if prep.height == 0:
+        return conform(None, FLOWS)
+    out = prep.df.group_by("fid").agg(
+        pl.col("ts_ns").min().alias("first_ts_ns"), pl.col("ts_ns").max().alias("last_ts_ns"),
+        pl.col("frame").min().alias("first_frame"), pl.len().alias("packets"),
+        pl.col("ip_len").sum().alias("bytes"), pl.col("payload").sum().alias("payload_bytes"),
+        pl.col("new_payload").sum().alias("goodput_bytes")).join(prep.flows, on="fid")
+    dur = (pl.col("last_ts_ns") - pl.col("first_ts_ns")).cast(pl.Float64)
+    ok = dur > 0
+    out = out.with_columns(
+        pl.col("flow").str.split_exact(" ", 1).struct.field("field_0").alias("proto"),
+        pl.lit(prep.vantage).alias("vantage"), pl.lit(prep.capture_file).alias("capture_file"),
+        pl.when(ok).then(pl.col("goodput_bytes") * 8e9 / dur).alias("goodput_bps"),
+        pl.when(ok).then(pl.col("bytes") * 8e9 / dur).alias("throughput_bps"))
+    return conform(out.drop("fid").sort("first_ts_ns", "flow"), FLOWS)
+
+
+def flow_series(prep: Prepared, bin_ns: int, max_gap_ns: int = SERIES_MAX_GAP_NS) -> pl.DataFrame:
+    """Return the `flow_series` table of one prepared capture: every bin of every flow, empty ones as zeros."""
+    if prep.height == 0:
+        return conform(None, FLOW_SERIES)
+    sums = (prep.df.with_columns((pl.col("ts_ns") // bin_ns * bin_ns).alias("bin_start_ns"))
+            .group_by("fid", "bin_start_ns").agg(
+                pl.len().alias("packets"), pl.col("ip_len").sum().alias("bytes"),
+                pl.col("payload").sum().alias("payload_bytes"), pl.col("new_payload").sum().alias("goodput_bytes"))
+            .sort("fid", "bin_start_ns"))
+    # Empty bins after each busy one up to the next; past max_gap only the bins at the gap's two ends.
+    nxt = pl.col("bin_start_ns").shift(-1).over("fid")
+    first = pl.col("bin_start_ns") + bin_ns
+    long_gap = (nxt - pl.col("bin_start_ns")) > max_gap_ns
+    stop = pl.when(nxt.is_null()).then(first).when(long_gap).then(first + bin_ns).otherwise(nxt)
+    gaps = sums.select("fid", pl.int_ranges(first, stop, bin_ns).alias("bin_start_ns"))
+    tail = sums.filter(long_gap.fill_null(False)).select("fid", (nxt - bin_ns).alias("bin_start_ns"))
+    empty = pl.concat([gaps.explode("bin_start_ns").drop_nulls(), tail]).unique()
+    out = pl.concat([sums, empty.join(sums.select("fid", "bin_start_ns"), on=["fid", "bin_start_ns"], how="anti")],
+                    how="diagonal").with_columns(pl.col("packets", "bytes", "payload_bytes", "goodput_bytes")
+                                                 .fill_null(0).cast(pl.Int64))
+    out = out.join(prep.flows.select("fid", "flow"), on="fid").with_columns(
+        pl.lit(prep.vantage).alias("vantage"), pl.lit(prep.capture_file).alias("capture_file"),
+        pl.lit(bin_ns, pl.Int64).alias("bin_ns"),
+        (pl.col("goodput_bytes") * 8e9 / bin_ns).alias("goodput_bps"),
+        (pl.col("bytes") * 8e9 / bin_ns).alias("throughput_bps"))
+    return conform(out.sort("fid", "bin_start_ns").drop("fid"), FLOW_SERIES)
+
+
+# --- RTT ---
+
+def _retransmitted_later(seg: pl.DataFrame) -> pl.Series:
+    """Return, per data segment, whether some retransmission resent any of its bytes (Karn)."""
+    retx = seg.filter(pl.col("retx")).select("g", "seq_u", "end_u").sort("g", "seq_u")
+    if retx.height == 0:
+        return pl.Series("later", [False] * seg.height)
+    # Merge the resent ranges into disjoint intervals, then look up each segment's nearest one below its end.
+    retx = retx.with_columns(pl.col("end_u").cum_max().shift(1).over("g").alias("_reach"))
+    retx = retx.with_columns((pl.col("_reach").is_null() | (pl.col("seq_u") > pl.col("_reach")))
+                             .cum_sum().over("g").alias("_grp"))
+    merged = (retx.group_by("g", "_grp").agg(pl.col("seq_u").min().alias("m_start"), pl.col("end_u").max().alias("m_end"))
+              .drop("_grp").sort("m_start"))
+    probe = seg.select("g", "seq_u", (pl.col("end_u") - 1).alias("_last")).with_row_index("_i").sort("_last")
+    hit = probe.join_asof(merged, left_on="_last", right_on="m_start", by="g", strategy="backward",
+                          check_sortedness=False).sort("_i")
+    return (hit["m_end"].is_not_null() & (hit["m_end"] > hit["seq_u"])).alias("later")
+
+
+def rtt_samples(prep: Prepared) -> pl.DataFrame:
+    """Return the `rtt` table of one prepared capture (seq_ack with Karn's rule, and ts_echo samples)."""
+    tcp = prep.df.filter(pl.col("is_tcp"))
+    if tcp.height == 0:
+        return conform(None, RTT)
+    seg = tcp.filter(pl.col("span") > 0).select("g", "fid", "frame", "ts_ns", "seq_u", "end_u", "retx", "tsval")
+    seg = seg.with_columns(_retransmitted_later(seg).alias("later"))
+    # ACKs, renamed to the direction they acknowledge (g with its last bit flipped) and unwrapped into
+    # that direction's sequence space.
+    acks = tcp.filter(pl.col("ack_flag") & pl.col("tcp_ack").is_not_null()).select(
+        (pl.col("g") ^ 1).alias("g"), "frame", "ts_ns", "tcp_ack", "tsecr")
+    acks = acks.join(seg.select("g").unique(), on="g", how="semi").sort("frame")  # directions that sent data
+    acks = acks.with_columns(_unwrap("tcp_ack", "g").alias("ack_u")).drop("tcp_ack")
+    base = (seg.group_by("g").agg(pl.col("seq_u").first().alias("_s0"))
+            .join(acks.group_by("g").agg(pl.col("ack_u").first().alias("_a0")), on="g"))
+    base = base.select("g", (((pl.col("_s0") - pl.col("_a0") + _HALF) // _BIG) * _BIG).alias("_shift"))
+    acks = acks.join(base, on="g").with_columns(pl.col("ack_u") + pl.col("_shift")).sort("frame")
+    out = []
+    # seq_ack: the ACKs that advance the cumulative acknowledgement, each matched to the segments it
+    # newly covers; the sample comes from the most recently sent of them.
+    adv = (acks.filter((pl.col("ack_u") > pl.col("ack_u").cum_max().shift(1).over("g")).fill_null(True))
+           .select("g", pl.col("frame").alias("ack_frame"), pl.col("ts_ns").alias("ack_ts"), "ack_u").sort("ack_u"))
+    m = seg.sort("end_u").join_asof(adv, left_on="end_u", right_on="ack_u", by="g", strategy="forward",
+                                    check_sortedness=False)
+    m = (m.filter(pl.col("ack_frame").is_not_null() & (pl.col("ack_ts") >= pl.col("ts_ns")))
+         .sort("ts_ns", "frame").unique("ack_frame", keep="last")
+         .filter(~(pl.col("retx") | pl.col("later"))))
+    out.append(m.select("fid", pl.col("ack_ts").alias("ts_ns"), (pl.col("ack_ts") - pl.col("ts_ns")).alias("rtt_ns"),
+                        pl.col("frame").alias("data_frame"), "ack_frame", pl.lit("seq_ack").alias("method")))
+    # ts_echo: the first segment carrying a TSval, to the first ACK after it echoing that TSval.  A
+    # retransmission with a fresh TSval is unambiguous (RFC 7323); a TSval carried by two copies of the
+    # same bytes is not (which copy the echo answers is unknown), so it is skipped.
+    grp = ["g", "tsval"]
+    stamped = seg.filter(pl.col("tsval").is_not_null())
+    first = stamped.group_by(grp).agg(pl.col("fid", "frame", "ts_ns").first(), pl.col("retx").any())
+    # Only a TSval that also rides on a retransmission can cover the same bytes twice: check those few.
+    suspect = stamped.join(first.filter(pl.col("retx")).select(grp), on=grp, how="semi").sort("frame")
+    again = suspect.filter(pl.col("seq_u") < pl.col("end_u").cum_max().shift(1).over(grp)).select(grp).unique()
+    first = first.join(again, on=grp, how="anti").sort("ts_ns")
+    echo = (acks.filter(pl.col("tsecr").is_not_null() & (pl.col("tsecr") != 0))
+            .select("g", pl.col("tsecr").alias("tsval"), pl.col("frame").alias("ack_frame"),
+                    pl.col("ts_ns").alias("ack_ts")).sort("ack_ts"))
+    e = first.join_asof(echo, left_on="ts_ns", right_on="ack_ts", by=grp, strategy="forward",
+                        check_sortedness=False).filter(pl.col("ack_frame").is_not_null())
+    out.append(e.select("fid", pl.col("ack_ts").alias("ts_ns"), (pl.col("ack_ts") - pl.col("ts_ns")).alias("rtt_ns"),
+                        pl.col("frame").alias("data_frame"), "ack_frame", pl.lit("ts_echo").alias("method")))
+    res = (pl.concat(out).join(prep.flows.select("fid", "flow"), on="fid")
+           .with_columns(pl.lit(prep.vantage).alias("vantage"), pl.lit(prep.capture_file).alias("capture_file"))
+           .sort("fid", "ts_ns", "method").drop("fid"))
+    return conform(res, RTT)
+
+
+# --- between two captures ---
+
+@dataclass
+class Keyed:
+    """One capture's packet identities: one row each with its first frame, time and copies seen."""
+
+    vantage: str
+    capture_file: str
+    df: pl.DataFrame
+    names: pl.DataFrame    # fh -> flow, conn, dir, src, dst
+    span: tuple[int, int]  # first and last record time on the reference clock
+
+
+def keyed(prep: Prepared) -> Keyed:
+    """Return one row per packet identity of a prepared capture: first frame, its time, and copies seen."""
+    df = (prep.df.group_by(list(_KEY))
+          .agg(pl.col("frame").first(), pl.col("ts_ns").first(), pl.len().cast(pl.Int32).alias("n")))
+    names = prep.flows.select(pl.col("flow").hash().alias("fh"), "flow", "conn", "dir", "src", "dst")
+    span = (prep.df["ts_ns"].min(), prep.df["ts_ns"].max()) if prep.height else (0, 0)
+    return Keyed(prep.vantage, prep.capture_file, df, names, span)
+
+
+def rfc3550_jitter(abs_d: pl.Expr) -> pl.Expr:
+    """Return the RFC 3550 jitter J_i = J_{i-1} + (|D_i| - J_{i-1})/16, J_0 = 0 (first |D| must be 0)."""
+    # The recurrence is an exponentially weighted mean with alpha 1/16 whose first input is J_0 = 0.
+    return abs_d.cast(pl.Float64).ewm_mean(alpha=1 / 16, adjust=False)
+
+
+def loss_runs(lost: pl.DataFrame, by: str) -> pl.DataFrame:
+    """Return one row per run of consecutive lost packets (rows in sending order; `lost` boolean column)."""
+    runs = lost.with_columns((pl.col("lost") != pl.col("lost").shift(1).over(by)).fill_null(True)
+                             .cum_sum().over(by).alias("_run"))
+    return (runs.filter(pl.col("lost")).group_by(by, "_run")
+            .agg(pl.col("ts_ns").first().alias("start_ts_ns"), pl.col("ts_ns").last().alias("end_ts_ns"),
+                 pl.len().alias("length"), pl.col("frame_a").first().alias("first_frame_a"))
+            .drop("_run"))
+
+
+def pair_tables(a: Keyed, b: Keyed, flows: pl.Series | None = None,
+                guard_min_ns: int = LOSS_GUARD_MIN_NS, owd_flows: pl.Series | None = None) -> dict[str, pl.DataFrame]:
+    """Return owd/loss/loss_bursts for the flows (hashes `flows`, default all) sent from `a` to `b`
+    (owd rows only for the hashes `owd_flows` when given)."""
+    ak, bk = a.df, b.df
+    if flows is not None:
+        ak, bk = ak.filter(pl.col("fh").is_in(flows.implode())), bk.filter(pl.col("fh").is_in(flows.implode()))
+    bk = bk.select(*_KEY, pl.col("frame").alias("frame_b"), pl.col("ts_ns").alias("ts_b"), pl.col("n").alias("n_b"))
+    lk = (ak.filter(pl.col("n") == 1).select(*_KEY, pl.col("frame").alias("frame_a"), "ts_ns")
+          .join(bk, on=list(_KEY), how="left").drop(*_KEY[1:]).sort("fh", "ts_ns", "frame_a"))
+    lk = lk.with_columns(pl.when(pl.col("n_b") == 1).then(pl.col("ts_b") - pl.col("ts_ns")).alias("owd_ns"))
+    lit = [pl.lit(v, pl.Utf8).alias(k) for k, v in (("vantage_a", a.vantage), ("vantage_b", b.vantage),
+                                                      ("capture_file_a", a.capture_file),
+                                                      ("capture_file_b", b.capture_file))]
+    # IPDV over consecutive packets in a's order (lost or ambiguous neighbours give null).
+    owd = (lk.with_columns((pl.col("owd_ns") - pl.col("owd_ns").shift(1).over("fh")).alias("ipdv_ns"))
+           .filter(pl.col("owd_ns").is_not_null()).drop("n_b"))
+    # Jitter in b's arrival order.
+    owd = owd.sort("fh", "ts_b", "frame_b").with_columns(
+        rfc3550_jitter((pl.col("owd_ns") - pl.col("owd_ns").shift(1).over("fh")).abs().fill_null(0))
+        .over("fh").alias("jitter_ns")).sort("fh", "ts_ns", "frame_a")
+    # Loss window: while b recorded, and a guard before its end (a later packet could be in flight);
+    # a packet sent before b's first record minus the flow's smallest delay would have come too early.
+    guard = owd.group_by("fh").agg(pl.max_horizontal(pl.col("owd_ns").max(), pl.lit(guard_min_ns)).alias("_g"),
+                                   pl.col("owd_ns").min().clip(lower_bound=0).alias("_m"))
+    win = lk.select("fh", "ts_ns", "frame_a", pl.col("n_b").is_null().alias("lost")).join(
+        guard, on="fh", how="left").with_columns(
+        (pl.lit(b.span[0]) - pl.col("_m").fill_null(0)).alias("window_start_ns"),
+        (pl.lit(b.span[1]) - pl.col("_g").fill_null(guard_min_ns)).alias("window_end_ns"))
+    win = (win.filter(pl.col("ts_ns").is_between(pl.col("window_start_ns"), pl.col("window_end_ns")))
+           .sort("fh", "ts_ns", "frame_a"))
+    bursts = loss_runs(win.select("fh", "ts_ns", "frame_a", "lost"), "fh")
+    per = bursts.group_by("fh").agg(pl.len().alias("bursts"), pl.col("length").mean().alias("mean_burst_len"),
+                                    pl.col("length").max().alias("max_burst_len"))
+    names = a.names.select("fh", "flow")
+    loss = (win.group_by("fh").agg(pl.col("window_start_ns", "window_end_ns").first(),
+                                   pl.len().alias("sent"), pl.col("lost").sum().cast(pl.Int64).alias("lost"))
+            .join(per, on="fh", how="left").join(names, on="fh")
+            .with_columns(pl.col("bursts", "max_burst_len").fill_null(0),
+                          (pl.col("lost") / pl.col("sent")).alias("loss_ratio"), *lit))
+    bursts = bursts.join(names, on="fh").with_columns(*lit).sort("fh", "start_ts_ns")
+    if owd_flows is not None:
+        owd = owd.filter(pl.col("fh").is_in(owd_flows.implode()))
+    owd = owd.join(names, on="fh", how="left", maintain_order="left")
+    return {"owd": conform(owd.drop("fh", "ts_b").with_columns(*lit), OWD),
+            "loss": conform(loss.drop("fh").sort("flow"), LOSS), "loss_bursts": conform(bursts.drop("fh"), LOSS_BURSTS)}
+
+
+def _median_delay(a: Keyed, b: Keyed) -> pl.DataFrame:
+    """Return (fh, d): per flow seen at both, the median delay from `a` to `b` of its matched packets."""
+    both = (a.df.filter(pl.col("n") == 1).select(*_KEY, "ts_ns")
+            .join(b.df.filter(pl.col("n") == 1).select(*_KEY, pl.col("ts_ns").alias("ts_b")), on=list(_KEY)))
+    return both.group_by("fh").agg((pl.col("ts_b") - pl.col("ts_ns")).median().alias("d"))
+
+
+def _oriented(a: Keyed, b: Keyed) -> pl.DataFrame:
+    """Return (fh, d, fwd): per flow seen at both, its median delay a -> b and whether it goes a -> b."""
+    med = _median_delay(a, b).join(a.names.select("fh", "conn", "dir", "src", "dst"), on="fh")
+    # The sign of one flow's median delay is the clock alignment's error whenever the true delay is
+    # smaller (two captures on one wire: ~10 us against ~20 us of alignment error), so flows of one
+    # path could be oriented both ways.  A conversation seen both ways at both captures is oriented
+    # by its data delay minus its reverse delay: the sum of the two one-way delays, the clock error
+    # cancelling.  Its endpoints then say which side of the pair each address is on, and a one-way
+    # flow (UDP) goes from its source's side; only a flow with neither is left to its median's sign.
+    rev = med.select("conn", pl.when(pl.col("dir") == "a").then(pl.lit("b")).otherwise(pl.lit("a")).alias("dir"),
+                     pl.col("d").alias("_dr"))
+    med = med.join(rev, on=["conn", "dir"], how="left").with_columns(
+        pl.when(pl.col("d") != pl.col("_dr")).then(pl.col("d") > pl.col("_dr")).alias("_conv"))
+    sure = med.filter(pl.col("_conv").is_not_null())
+    side = (pl.concat([sure.select(pl.col("src").alias("addr"), pl.col("_conv").cast(pl.Float64).alias("_a")),
+                       sure.select(pl.col("dst").alias("addr"), (~pl.col("_conv")).cast(pl.Float64).alias("_a"))])
+            .group_by("addr").agg(pl.col("_a").mean()))
+    # vote of the two ends: 1 = source on a's side / destination on b's side, 0 = the reverse
+    med = (med.join(side.rename({"addr": "src", "_a": "_s"}), on="src", how="left")
+           .join(side.rename({"addr": "dst", "_a": "_t"}), on="dst", how="left")
+           .with_columns(pl.mean_horizontal(pl.col("_s"), 1 - pl.col("_t")).alias("_v")))
+    fwd = (pl.when(pl.col("_conv").is_not_null()).then(pl.col("_conv"))
+           .when(pl.col("_v").is_not_null() & (pl.col("_v") != 0.5)).then(pl.col("_v") > 0.5)
+           .otherwise(pl.col("d") >= 0))
+    return med.select("fh", "d", fwd.alias("fwd"))
+
+
+def orient(a: Keyed, b: Keyed) -> tuple[pl.Series, pl.Series]:
+    """Return the flow hashes going a -> b and those going b -> a (`_oriented`: a conversation's two
+    directions where both are seen, else the side of the flow's endpoints, else the median delay's sign)."""
+    o = _oriented(a, b)
+    return o.filter(pl.col("fwd"))["fh"], o.filter(~pl.col("fwd"))["fh"]
+
+
+def between_captures(preps: list[Prepared], guard_min_ns: int = LOSS_GUARD_MIN_NS,
+                     pairs: str = "adjacent") -> dict[str, pl.DataFrame]:
+    """Return owd/loss/loss_bursts for every ordered pair of prepared captures sharing a flow (`between_keyed`)."""
+    return between_keyed([keyed(p) for p in preps], guard_min_ns, pairs)
+
+
+def between_keyed(keys: list[Keyed], guard_min_ns: int = LOSS_GUARD_MIN_NS,
+                  pairs: str = "adjacent") -> dict[str, pl.DataFrame]:
+    """Return loss/loss_bursts for every ordered pair of keyed captures sharing a flow, and owd for the
+    adjacent ones (`pairs="adjacent"`: no third capture lies between them on the flow's path, i.e. the
+    flow goes from the first to it and from it to the second, `orient`) or for all of them (`pairs="all"`)."""
+    if pairs not in ("adjacent", "all"):
+        raise ValueError(f"pairs must be 'adjacent' or 'all', not {pairs!r}")
+    ok = [i for i, k in enumerate(keys) if k.df.height]
+    med = {(i, j): _oriented(keys[i], keys[j]) for i, j in combinations(ok, 2)}
+
+    def going(i: int, j: int) -> pl.DataFrame:
+        """(fh) of the flows going from capture i to capture j."""
+        return (med[(i, j)].filter(pl.col("fwd")) if i < j else med[(j, i)].filter(~pl.col("fwd"))).select("fh")
+
+    parts: dict[str, list[pl.DataFrame]] = {"owd": [], "loss": [], "loss_bursts": []}
+    for i, j in combinations(ok, 2):
+        m = med[(i, j)]
+        fwd, rev = m.filter(pl.col("fwd"))["fh"], m.filter(~pl.col("fwd"))["fh"]
+        for up, down, flows in ((i, j, fwd), (j, i, rev)):
+            if not flows.len():
+                continue
+            owd_flows = None
+            if pairs == "adjacent":
+                # flows with a capture k on their path between up and down: their owd is up->k->down
+                via = [going(up, k).join(going(k, down), on="fh") for k in ok if k not in (up, down)]
+                owd_flows = flows if not via else flows.filter(~flows.is_in(pl.concat(via)["fh"].implode()))
+            for name, df in pair_tables(keys[up], keys[down], flows, guard_min_ns, owd_flows).items():
+                parts[name].append(df)
+    schemas = {"owd": OWD, "loss": LOSS, "loss_bursts": LOSS_BURSTS}
+    return {n: pl.concat(parts[n]) if parts[n] else conform(None, schemas[n]) for n in parts}
+
+
+def owd_pair(tl: Timeline, a: str, b: str, guard_min_ns: int = LOSS_GUARD_MIN_NS) -> dict[str, pl.DataFrame]:
+    """Return owd/loss/loss_bursts of the flows going from capture `a` to capture `b` (file or vantage),
+    whether or not the pair is adjacent (the timeline's `owd` table holds adjacent pairs only)."""
+    ka, kb = (keyed(prepare(tl.packets(x, columns=_READ), tl._entry(x).kind)) for x in (a, b))
+    fwd, _ = orient(ka, kb)
+    if ka.df.height == 0 or kb.df.height == 0 or not fwd.len():
+        return {"owd": conform(None, OWD), "loss": conform(None, LOSS), "loss_bursts": conform(None, LOSS_BURSTS)}
+    return pair_tables(ka, kb, fwd, guard_min_ns)
+
+
+# --- module entry ---
+
+def build(tl: Timeline) -> dict[str, pl.DataFrame]:
+    """Return every table of this module for a timeline."""
+    per: dict[str, list[pl.DataFrame]] = {"flows": [], "flow_series": [], "rtt": []}
+    keys = []
+    # One capture prepared at a time: only its packet identities are kept for the pairwise tables.
+    for e in tl.entries():
+        p = prepare(tl.packets(e, columns=_READ), e.kind)
+        if p.height == 0:
+            continue
+        per["flows"].append(flow_totals(p))
+        per["flow_series"].append(flow_series(p, tl.bin_ns))
+        per["rtt"].append(rtt_samples(p))
+        keys.append(keyed(p))
+        del p
+    schemas = {"flows": FLOWS, "flow_series": FLOW_SERIES, "rtt": RTT}
+    out = {n: pl.concat(v) if v else conform(None, schemas[n]) for n, v in per.items()}
+    out.update(between_keyed(keys))
+    return out
+
+
+__all__ = ["LOSS_GUARD_MIN_NS", "MAC_RETRY_WINDOW_NS", "NEEDS", "SERIES_MAX_GAP_NS", "TABLES", "Keyed", "Prepared",
+           "between_captures", "between_keyed", "build", "flow_series", "flow_totals", "keyed", "loss_runs", "orient",
+           "owd_pair", "pair_tables", "prepare", "rfc3550_jitter", "rtt_samples"]

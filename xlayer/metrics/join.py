@@ -1,0 +1,850 @@
+"""The cross-layer join: every IP packet on the AP's wired side, its 802.11 transmissions, and its fate.
+
+Inputs (from the timeline, all on the reference clock): the AP's wired capture(s) (kind ``wired``,
+vantage ``ap_wired`` or any vantage starting with ``ap``), every air capture, and any other wired
+capture that turns out to sit downstream of the AP (a station's own capture).
+
+**Stations.** An 802.11 address that is the RA of a From-DS data frame or the TA of a To-DS data
+frame; its IP address(es) come from the unencrypted data frames (RA/DA and ``ip_dst`` downlink,
+TA/SA and ``ip_src`` uplink).  Downlink packets are the AP-side wired packets to a station's IP,
+uplink packets those from one.
+
+**MPDUs and attempts.** Unicast data frames carrying a payload are grouped into MSDUs by (TA, RA,
+TID, sequence number): frames of one such key in capture order belong to one MSDU unless more than
+`SPAN_NS` apart or a first fragment carries another IP packet (sequence numbers wrap at 4096).  The
+group's attempts are its frames: first transmissions, retries (Retry bit), and the later fragments,
+which carry no IP header and join their first fragment through (TA, RA, seq).  A-MPDU membership is
+the radiotap A-MPDU reference.  Unencrypted data frames decode through LLC/SNAP into the same IP and
+transport columns as wired packets, so a group meets its wired packet on the key of
+`xlayer.timeline.match` (IPv4 id, addresses, protocol, lengths, ports, TCP seq/ack/flags/TSval ...) and
+on time: downlink, the latest wired packet with that key at most `MATCH_WINDOW_NS` before the first
+attempt (the clocks get `SLACK_NS` of leeway); uplink, the latest air group at most that long before
+the wired packet.  Protected frames (no keys) are not matched: the size-and-order matching of
+`xlayer.timeline.size` is not used here, and packets to a station whose traffic is protected get the
+fate ``unknown``.
+
+**Confirmation.** An attempt is confirmed by an ACK (control subtype 13) that is the next record of
+the same capture, addressed to the attempt's TA, at most `ACK_WINDOW_NS` after it (record order is
+reception order; the stamps are the ends of reception, so the gap is SIFS plus the ACK's airtime plus
+stamping jitter), or by the first Block Ack from the RA to the TA at most `BA_WINDOW_NS` after the
+attempt whose bitmap has the attempt's sequence number set.  An MSDU is confirmed when an attempt of
+its final fragment (More Fragments clear) is.  A station's own capture (a wired capture whose copies
+of downlink packets come after the AP's) that holds the packet confirms it too (``acked_by`` =
+``client``).
+
+**Sequence spaces and capture loss.** QoS data frames are numbered per (TA, RA, TID); everything else
+a transmitter sends (management, non-QoS data) shares one counter per TA.  Per space, the sequence
+numbers seen are unwrapped in capture order (a step is taken modulo 4096 as a signed value, so
+Block-Ack retransmissions of older numbers step back); a number inside the span seen but never seen
+is an MPDU the sniffer missed (``holes``); ``capture_loss`` counts them per space and in total,
+with the Block Ack bitmaps' evidence and the ACKs heard without their data frame beside them.  A
+queue drop consumes no sequence number (it happens before the MAC numbers the frame).
+
+Fates of a downlink packet:
+
+* ``delivered``: an attempt was confirmed, or the station's capture shows it, or (``acked_by`` =
+  ``inferred``) no ACK was heard but the AP went on to its next MPDU of that queue after fewer than
+  `RETRY_LIMIT` transmissions (a far station's ACKs are often too weak for the sniffer);
+* ``air_unacked``: seen on the air, never confirmed (failed after the retry limit, or the sniffer
+  missed every ACK);
+* ``sniffer_missed``: never seen on the air, but the station's capture has it, or the sequence
+  numbers of its neighbours leave a hole for it: between the previous and the next packet of the
+  same station and sequence space that were seen (in wired order: the AP's queue is FIFO), ``g``
+  numbers are missing and ``k`` packets unseen; ``min(g, k)`` of them count as missed: first those
+  that arrived after the AP started sending some downlink MPDU (of any station) since the previous
+  wired arrival (a full drop-tail queue accepts a packet only once a slot freed), then the earliest;
+* ``dropped_at_ap``: the rest: never on the air, with seen packets after it and no hole for it;
+* ``unknown``: no later packet of its station was seen (still queued at the end, or the station
+  left), outside the air capture's span, or protected traffic.
+
+Uplink (station -> the AP's wired side): ``delivered`` (on the wired side after the air),
+``sniffer_missed`` (on the wired side, never seen on the air: it must have crossed it),
+``dropped_at_ap`` (confirmed on the air, never forwarded to the wired side), ``air_unacked`` (seen,
+never confirmed, never forwarded), ``unknown`` (within 1 s of the wired capture's end, or before its start).
+Air-only uplink rows are kept only for conversations the AP's wired side carries (a packet to the AP
+itself never leaves it).
+
+Sojourn: downlink, the first attempt's transmission start (its capture stamp less the PPDU airtime,
+`xlayer.timeline.match.airtime`; an RTS/CTS exchange before it is not counted) minus the wired
+arrival: the time in the AP's queue; uplink, the wired stamp minus the last attempt's end of
+reception.  Matching takes the nearest stamp with the same key, so a clock misalignment shows as a
+wrong (even negative) sojourn instead of a lost match.  Several air captures: each packet takes the one
+that saw most of its attempts; one that saw none lets the others' evidence decide (missed before
+dropped before unknown).
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+import xlayer.timeline.match as mm
+from xlayer.timeline.airtime import COLUMNS as AIRTIME_COLUMNS
+from xlayer.metrics.schema import Column, conform, register
+
+if TYPE_CHECKING:
+    from xlayer.timeline.open import Timeline
+
+NEEDS: tuple[str, ...] = tuple(dict.fromkeys(
+    ("frame", "ts_ns", "wirelen", "malformed", "fcs_bad", "rt_layout", "rt_flags", "phy_rate_mbps", "phy",
+     "nss", "ampdu_ref", "ampdu_flags", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
+     "wlan_retry", "wlan_more_frag", "wlan_protected", "wlan_order", "wlan_ra", "wlan_ta", "wlan_sa",
+     "wlan_da", "wlan_seq", "wlan_frag", "wlan_tid", "wlan_ba_ssn", "wlan_ba_bitmap", "ip_dscp")
+    + tuple(c for c, _ in mm.IP_KEY)))
+
+# what `_wired_ip` reads of a wired capture, and what `analyse_air` reads of an air capture (airtime's too)
+_WIRED = ["capture_file", "frame", "ts_ns", "flow", "ip_dscp", "malformed", *(c for c, _ in mm.IP_KEY)]
+_AIR = list(dict.fromkeys((*NEEDS, *AIRTIME_COLUMNS, "flow")))
+# what `analyse_air` reads of the usable air records after their airtime and match key
+_AIR_KEPT = ("_i", "frame", "ts_ns", "tx_start_ns", "key", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
+             "wlan_retry", "wlan_more_frag", "wlan_protected", "wlan_ra", "wlan_ta", "wlan_sa", "wlan_da", "wlan_seq",
+             "wlan_frag", "wlan_tid", "wlan_ba_ssn", "wlan_ba_bitmap", "phy_rate_mbps", "ampdu_ref", "ip_src", "ip_dst",
+             "ip_id", "ip_len", "flow")
+
+SPAN_NS = 100_000_000           # attempts of one MSDU fall within this (as in align_match)
+MATCH_WINDOW_NS = 10_000_000_000  # a packet waits at most this long between wired side and air
+SLACK_NS = 2_000_000            # clock alignment error allowed when ordering wired and air stamps
+ACK_WINDOW_NS = 1_000_000       # data end -> ACK end: SIFS + ACK airtime (<= 304 us at 1 Mbit/s) + jitter
+BA_WINDOW_NS = 5_000_000        # data end -> the Block Ack that answers it (BAR exchanges included)
+RETRY_LIMIT = 7                 # transmissions of an MPDU before giving up (dot11ShortRetryLimit, ns-3, Linux)
+FATES = ("delivered", "air_unacked", "sniffer_missed", "dropped_at_ap", "unknown")
+
+_C = Column
+
+
+def _packet_columns(direction: str) -> tuple[Column, ...]:
+    down = direction == "down"
+    return (
+        _C("capture_file", pl.Utf8, "", "the AP's wired capture holding the packet (null: seen on the air only)"),
+        _C("frame", pl.Int64, "", "frame number in that capture"),
+        _C("ts_ns", pl.Int64, "ns", "wired stamp, reference clock" + (" (arrival at the AP)" if down else
+                                                                     " (forwarded by the AP)")),
+        _C("flow", pl.Utf8, "", "flow (xlayer.timeline.flowkey)"),
+        _C("station", pl.Utf8, "", "the station's 802.11 address"),
+        _C("ip_id", pl.UInt32, "", "IPv4 identification"),
+        _C("ip_len", pl.UInt32, "B", "IP total length"),
+        _C("air_capture_file", pl.Utf8, "", "the air capture the attempts are from"),
+        _C("first_air_frame", pl.Int64, "", "frame number of the first attempt seen in the air capture"),
+        _C("last_air_frame", pl.Int64, "", "frame number of the last attempt seen"),
+        _C("first_air_ts_ns", pl.Int64, "ns", "first attempt's stamp (end of reception), reference clock"),
+        _C("last_air_ts_ns", pl.Int64, "ns", "last attempt's stamp (end of reception), reference clock"),
+        _C("sojourn_ns", pl.Int64, "ns",
+           "first transmission start minus wired arrival (time queued in the AP)" if down else
+           "wired stamp minus the last attempt's end of reception (time in the AP)"),
+        _C("mac_seq", pl.UInt16, "", "802.11 sequence number"),
+        _C("tid", pl.UInt8, "", "QoS TID (null: non-QoS data)"),
+        _C("n_attempts", pl.UInt32, "", "transmissions seen (all fragments, all retries)"),
+        _C("n_retries", pl.UInt32, "", "transmissions seen with the Retry bit set"),
+        _C("n_fragments", pl.UInt32, "", "802.11 fragments of the MSDU (highest fragment number seen + 1)"),
+        _C("rates_mbps", pl.List(pl.Float64), "Mbit/s", "PHY rate of each transmission seen, in order"),
+        _C("ampdu", pl.Boolean, "", "some transmission was inside an A-MPDU"),
+        _C("acked_by", pl.Utf8, "", "ack, blockack, client (the station's capture has it) or none"),
+        _C("ack_frame", pl.Int64, "", "frame number of the confirming ACK/Block Ack in the air capture"),
+        _C("fate", pl.Utf8, "", ", ".join(FATES) + " (module docstring)"),
+    )
+
+
+DOWNLINK = register("downlink", _packet_columns("down"),
+                    "one IP packet on the AP's wired side going to a station: its 802.11 MPDU and fate")
+UPLINK = register("uplink", _packet_columns("up"),
+                  "one IP packet from a station: its 802.11 MPDU and whether the AP's wired side forwarded it")
+ATTEMPTS = register("attempts", (
+    _C("capture_file", pl.Utf8, "", "air capture"),
+    _C("frame", pl.Int64, "", "frame number of the transmission in the air capture"),
+    _C("ts_ns", pl.Int64, "ns", "stamp (end of reception), reference clock"),
+    _C("tx_start_ns", pl.Int64, "ns", "estimated transmission start (stamp less the PPDU airtime)"),
+    _C("direction", pl.Utf8, "", "down (From DS) or up (To DS)"),
+    _C("station", pl.Utf8, "", "the station's 802.11 address"),
+    _C("ta", pl.Utf8, "", "transmitter address"), _C("ra", pl.Utf8, "", "receiver address"),
+    _C("mac_seq", pl.UInt16, "", "802.11 sequence number"),
+    _C("frag", pl.UInt8, "", "fragment number"),
+    _C("tid", pl.UInt8, "", "QoS TID (null: non-QoS data)"),
+    _C("retry", pl.Boolean, "", "Retry bit"),
+    _C("more_frag", pl.Boolean, "", "More Fragments bit"),
+    _C("rate_mbps", pl.Float64, "Mbit/s", "PHY rate"),
+    _C("ampdu_ref", pl.UInt32, "", "A-MPDU reference (null: not in an A-MPDU)"),
+    _C("attempt", pl.UInt32, "", "0-based index of this transmission among its MSDU's transmissions seen"),
+    _C("acked", pl.Boolean, "", "an ACK or a Block Ack confirmed this transmission"),
+    _C("acked_by", pl.Utf8, "", "ack, blockack or none"),
+    _C("ack_frame", pl.Int64, "", "frame number of the confirming ACK/Block Ack"),
+    _C("wired_capture_file", pl.Utf8, "", "the AP's wired capture holding the packet (null: not joined)"),
+    _C("wired_frame", pl.Int64, "", "frame number of the packet in that capture"),
+), "one 802.11 transmission of a unicast data MPDU seen by an air capture, joined to its wired packet")
+CAPTURE_LOSS = register("capture_loss", (
+    _C("capture_file", pl.Utf8, "", "air capture"),
+    _C("ta", pl.Utf8, "", "transmitter (null: the whole capture)"),
+    _C("ra", pl.Utf8, "", "receiver of a QoS sequence space (null: the transmitter's shared space, or all)"),
+    _C("direction", pl.Utf8, "", "down, up, other (neither From nor To DS), all"),
+    _C("mpdus_captured", pl.Int64, "", "distinct sequence numbers seen"),
+    _C("mpdus_missed", pl.Int64, "", "sequence numbers inside the span seen that were never seen"),
+    _C("mpdus_inferred", pl.Int64, "", "captured + missed: MPDUs the transmitter sent in the span"),
+    _C("loss_fraction", pl.Float64, "fraction", "missed / inferred"),
+    _C("blockack_missed", pl.Int64, "", "of the missed, those a Block Ack bitmap says the receiver got"),
+    _C("orphan_acks", pl.Int64, "", "ACKs to this transmitter with no frame of it just before "
+       "(a transmission the sniffer missed; counts attempts, not MPDUs)"),
+    _C("method", pl.Utf8, "", "how missed was inferred (seq_gaps)"),
+), "sniffer capture loss of one air capture, per sequence space and in total")
+
+TABLES = {"downlink": DOWNLINK, "uplink": UPLINK, "attempts": ATTEMPTS, "capture_loss": CAPTURE_LOSS}
+
+_ATT_KEEP = ("frame", "ts_ns", "tx_start_ns", "direction", "station", "ta", "ra", "mac_seq", "frag", "tid",
+             "retry", "more_frag", "rate_mbps", "ampdu_ref")
+
+
+# ---------------------------------------------------------------------------------------------
+# one air capture
+
+
+def _group_addr(col: str) -> pl.Expr:
+    """Return whether a MAC address column is a group (broadcast/multicast) address."""
+    return pl.col(col).str.slice(1, 1).is_in(list("13579bdfBDF"))
+
+
+def _usable_air(air: pl.DataFrame) -> pl.DataFrame:
+    """Return the air records with a decoded MAC header and a good FCS, record order kept, with key and tx start."""
+    for c in NEEDS:
+        if c not in air.columns:
+            air = air.with_columns(pl.lit(None).alias(c))
+    # A record malformed past its MAC header still counts as a transmission; its IP fields are used
+    # only in a first fragment, whose IP packet goes on in the next fragments ("total length past end").
+    air = air.with_row_index("_i").filter(pl.col("wlan_type").is_not_null() & ~pl.col("fcs_bad").fill_null(False))
+    # transmission start: the PPDU's end (the last stamp of an A-MPDU) less its airtime
+    # a first fragment's IP length is the whole packet's, not what the fragment carries
+    frag0 = pl.col("wlan_more_frag").fill_null(False)
+    dur, known, _, _ = mm.airtime(air.with_columns(pl.when(frag0).then(None).otherwise(pl.col("ip_len"))
+                                                   .alias("ip_len")))
+    ppdu_end = pl.when(pl.col("ampdu_ref").is_not_null()).then(pl.col("ts_ns").max().over("ampdu_ref")) \
+        .otherwise(pl.col("ts_ns"))
+    del frag0
+    air = air.with_columns(pl.Series("_dur", np.where(known, dur, 0.0).astype(np.int64)),
+                           pl.when((pl.col("wlan_type") == 2) & pl.col("ip_src").is_not_null()
+                                   & (pl.col("malformed").is_null() | pl.col("wlan_more_frag").fill_null(False)))
+                           .then(mm._key_expr()).alias("key")) \
+        .with_columns((ppdu_end - pl.col("_dur")).alias("tx_start_ns"))
+    # the radio and IP key columns served airtime and the key: keep only what the analysis reads next
+    return air.select([c for c in _AIR_KEPT if c in air.columns])
+
+
+def _stations(air: pl.DataFrame) -> pl.DataFrame:
+    """Return (station, ip) pairs learnt from unencrypted data frames (down: RA/DA & ip_dst; up: TA/SA & ip_src)."""
+    # lazily, each direction's pairs made distinct before they meet: the filters then copy only the columns
+    # read, and no table of one row per data frame is built
+    d = air.lazy().filter((pl.col("wlan_type") == 2) & pl.col("ip_src").is_not_null() & ~_group_addr("wlan_ra"))
+    down = d.filter(pl.col("wlan_from_ds") & ~pl.col("wlan_to_ds") & (pl.col("wlan_ra") == pl.col("wlan_da"))) \
+        .select(pl.col("wlan_ra").alias("station"), pl.col("ip_dst").alias("ip")).unique()
+    up = d.filter(pl.col("wlan_to_ds") & ~pl.col("wlan_from_ds") & (pl.col("wlan_ta") == pl.col("wlan_sa"))) \
+        .select(pl.col("wlan_ta").alias("station"), pl.col("ip_src").alias("ip")).unique()
+    return pl.concat([down.collect(), up.collect()]).unique()
+
+
+def _attempts(air: pl.DataFrame) -> pl.DataFrame:
+    """Return the unicast payload-carrying data frames, with direction, station and MSDU group id `gid`."""
+    # lazily: the filter then copies only the columns selected, not every column of the air records
+    d = air.lazy().filter((pl.col("wlan_type") == 2) & ((pl.col("wlan_subtype").cast(pl.Int32) & 4) == 0)
+                          & pl.col("wlan_seq").is_not_null() & pl.col("wlan_ra").is_not_null()
+                          & pl.col("wlan_ta").is_not_null() & ~_group_addr("wlan_ra"))
+    down = pl.col("wlan_from_ds") & ~pl.col("wlan_to_ds")
+    up = pl.col("wlan_to_ds") & ~pl.col("wlan_from_ds")
+    d = d.select(
+        "_i", "frame", "ts_ns", "tx_start_ns", "key",
+        pl.when(down).then(pl.lit("down")).when(up).then(pl.lit("up")).otherwise(pl.lit("other")).alias("direction"),
+        pl.when(down).then(pl.col("wlan_ra")).when(up).then(pl.col("wlan_ta")).alias("station"),
+        pl.col("wlan_ta").alias("ta"), pl.col("wlan_ra").alias("ra"), pl.col("wlan_seq").alias("mac_seq"),
+        pl.col("wlan_frag").fill_null(0).alias("frag"),
+        pl.when((pl.col("wlan_subtype").cast(pl.Int32) & 8) != 0).then(pl.col("wlan_tid")).alias("tid"),
+        pl.col("wlan_retry").fill_null(False).alias("retry"),
+        pl.col("wlan_more_frag").fill_null(False).alias("more_frag"),
+        pl.col("phy_rate_mbps").alias("rate_mbps"), "ampdu_ref",
+        pl.col("wlan_protected").fill_null(False).alias("protected"),
+        *(c for c in ("flow", "ip_id", "ip_len") if c in air.columns)).collect()
+    part = ["ta", "ra", "_tid", "mac_seq"]
+    d = d.with_columns(pl.col("tid").cast(pl.Int16).fill_null(-1).alias("_tid")).sort([*part, "_i"])
+    first = pl.col("_i").shift(1).over(part).is_null()
+    gap = (pl.col("ts_ns") - pl.col("ts_ns").shift(1).over(part)) > SPAN_NS
+    k0 = pl.when(pl.col("frag") == 0).then(pl.col("key"))
+    d = d.with_columns(k0.forward_fill().over(part).shift(1).over(part).alias("_pk"))
+    other_packet = (pl.col("frag") == 0) & pl.col("key").is_not_null() & pl.col("_pk").is_not_null() \
+        & (pl.col("key") != pl.col("_pk"))
+    d = d.with_columns((first | gap.fill_null(False) | other_packet.fill_null(False)).cast(pl.Int64).cum_sum()
+                       .alias("gid")).drop("_pk")
+    return d.sort("_i").with_columns(pl.int_range(pl.len()).over("gid").cast(pl.UInt32).alias("attempt"))
+
+
+def _ba_bits(ba: pl.DataFrame, columns: tuple[str, ...] | None = None) -> pl.DataFrame:
+    """Return (ba_i, frame, ts_ns, ta, ra, seq) for every sequence number a Block Ack bitmap marks received
+    (only `columns` of them, when given)."""
+    ba = ba.filter(pl.col("wlan_ba_bitmap").is_not_null() & pl.col("wlan_ba_ssn").is_not_null()
+                   & (pl.col("wlan_ba_bitmap").str.len_chars() % 2 == 0))
+    schema = {"ba_i": pl.UInt32, "ba_frame": pl.Int64, "ba_ts": pl.Int64, "ba_ta": pl.Utf8, "ba_ra": pl.Utf8,
+              "mac_seq": pl.Int64}
+    want = [c for c in schema if columns is None or c in columns]
+    src = {"ba_i": "_i", "ba_frame": "frame", "ba_ts": "ts_ns", "ba_ta": "wlan_ta", "ba_ra": "wlan_ra"}
+    out = []
+    for n, part in ba.group_by(pl.col("wlan_ba_bitmap").str.len_chars().alias("_n")):
+        nbytes = int(n[0]) // 2
+        if nbytes == 0:
+            continue
+        try:
+            raw = bytes.fromhex("".join(part["wlan_ba_bitmap"].to_list()))
+        except ValueError:
+            continue
+        # bit k of octet j (LSB first) stands for SSN + 8j + k
+        bits = np.unpackbits(np.frombuffer(raw, np.uint8).reshape(-1, nbytes), axis=1, bitorder="little")
+        r, off = np.nonzero(bits)
+        ssn = part["wlan_ba_ssn"].to_numpy().astype(np.int64)
+        # one row per bit set: the Block Ack's columns gathered by polars (the addresses as Python objects,
+        # one per bit, were the largest part), and only those asked for
+        idx = pl.Series(r)
+        out.append(pl.DataFrame([part.get_column(src[c]).gather(idx).alias(c) if c != "mac_seq"
+                                 else pl.Series("mac_seq", ((ssn[r] + off) % 4096).astype(np.int64)) for c in want]))
+    if not out:
+        return pl.DataFrame(schema={c: schema[c] for c in want})
+    return pl.concat(out, how="vertical_relaxed")
+
+
+def _confirm(air: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
+    """Return the attempts with acked_by (ack / blockack / none) and ack_frame."""
+    nxt = air.select("_i", pl.col("wlan_type").shift(-1).alias("_nt"), pl.col("wlan_subtype").shift(-1).alias("_ns"),
+                     pl.col("wlan_ra").shift(-1).alias("_nra"), pl.col("ts_ns").shift(-1).alias("_nts"),
+                     pl.col("frame").shift(-1).alias("_nframe"))
+    # (`_join_left` here and below: only the key column goes through the join, not a copy of every attempt column)
+    att = _join_left(att, nxt, ["_i"])
+    del nxt
+    is_ack = ((pl.col("_nt") == 1) & (pl.col("_ns") == 13) & (pl.col("_nra") == pl.col("ta"))
+              & ((pl.col("_nts") - pl.col("ts_ns")).abs() <= ACK_WINDOW_NS)).fill_null(False)
+    att = att.with_columns(pl.when(is_ack).then(pl.col("_nframe")).alias("_ack_frame")) \
+        .drop("_nt", "_ns", "_nra", "_nts", "_nframe")
+    # Block Ack: the first one from the RA to the TA after the PPDU ends
+    ba = air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 9))
+    if ba.height:
+        bas = ba.select(pl.col("ts_ns").alias("ba_ts"), pl.col("frame").alias("ba_frame"),
+                        pl.col("wlan_ta").alias("ra"), pl.col("wlan_ra").alias("ta")).sort("ba_ts")
+        ppdu_end = pl.when(pl.col("ampdu_ref").is_not_null()).then(pl.col("ts_ns").max().over("ampdu_ref")) \
+            .otherwise(pl.col("ts_ns"))
+        q = att.select("_i", "ta", "ra", "mac_seq", ppdu_end.alias("_end")).sort("_end")
+        q = q.join_asof(bas, left_on="_end", right_on="ba_ts", by=["ta", "ra"], strategy="forward",
+                        tolerance=BA_WINDOW_NS, check_sortedness=False)
+        # the bits set, as one integer per (Block Ack frame, sequence number): a membership test on it holds
+        # far less than a two-column join of every attempt against every bit (one bit per pair and frame)
+        pair = pl.col("ba_frame") * 4096 + pl.col("mac_seq").cast(pl.Int64)
+        bits = _ba_bits(ba, ("ba_frame", "mac_seq")).select(pair.alias("_k")).get_column("_k")
+        q = q.select("_i", pl.when(pair.is_in(bits.implode())).then(pl.col("ba_frame")).alias("_ba_frame"))
+        del bits
+        att = _join_left(att, q, ["_i"])
+    else:
+        att = att.with_columns(pl.lit(None, pl.Int64).alias("_ba_frame"))
+    return att.with_columns(
+        pl.when(pl.col("_ack_frame").is_not_null()).then(pl.lit("ack"))
+        .when(pl.col("_ba_frame").is_not_null()).then(pl.lit("blockack")).otherwise(pl.lit("none")).alias("acked_by"),
+        pl.coalesce("_ack_frame", "_ba_frame").alias("ack_frame")).drop("_ack_frame", "_ba_frame") \
+        .with_columns((pl.col("acked_by") != "none").alias("acked")).sort("_i")
+
+
+def _seq_spaces(air: pl.DataFrame) -> pl.DataFrame:
+    """Return one row per distinct sequence number seen per space: space, ta, ra, useq, holes (missed before it)."""
+    qos = (pl.col("wlan_type") == 2) & ((pl.col("wlan_subtype").cast(pl.Int32) & 8) != 0) & ~_group_addr("wlan_ra")
+    s = air.lazy().filter(pl.col("wlan_seq").is_not_null() & pl.col("wlan_ta").is_not_null()
+                          & pl.col("wlan_type").is_in([0, 2])).select(
+        "_i", "ts_ns", pl.col("wlan_ta").alias("ta"),
+        pl.when(qos).then(pl.col("wlan_ra")).alias("ra"),
+        pl.when(qos).then(pl.col("wlan_tid").cast(pl.Int16)).otherwise(-1).alias("_tid"),
+        pl.col("wlan_seq").cast(pl.Int64).alias("seq"),
+        pl.when(pl.col("wlan_from_ds") & ~pl.col("wlan_to_ds")).then(pl.lit("down"))
+        .when(pl.col("wlan_to_ds") & ~pl.col("wlan_from_ds")).then(pl.lit("up")).otherwise(pl.lit("other"))
+        .alias("direction")).collect()
+    part = ["ta", "ra", "_tid"]
+    step = ((pl.col("seq") - pl.col("seq").shift(1).over(part) + 2048) % 4096 - 2048).fill_null(0)
+    s = s.sort([*part, "_i"]).with_columns(step.cum_sum().over(part).alias("useq"))
+    u = s.group_by([*part, "useq"]).agg(pl.col("seq").first(), pl.col("ts_ns").min(),
+                                         pl.col("direction").first())
+    u = u.sort([*part, "useq"]).with_columns(
+        (pl.col("useq") - pl.col("useq").min().over(part) - pl.int_range(pl.len()).over(part)).alias("holes"))
+    return u, s.select("_i", *part, "useq")
+
+
+def _orphan_acks(air: pl.DataFrame) -> pl.DataFrame:
+    """Return ACKs whose previous record is no frame of the ACK's receiver within the ACK window: (ra, n)."""
+    prev = air.select(pl.col("wlan_type"), pl.col("wlan_subtype"), pl.col("wlan_ra"),
+                      pl.col("wlan_ta").shift(1).alias("_pta"), pl.col("wlan_type").shift(1).alias("_ptype"),
+                      (pl.col("ts_ns") - pl.col("ts_ns").shift(1)).alias("_dt"))
+    ok = ((pl.col("_pta") == pl.col("wlan_ra")) & (pl.col("_ptype") != 1)
+          & (pl.col("_dt") <= ACK_WINDOW_NS)).fill_null(False)
+    return prev.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 13) & ~ok) \
+        .group_by(pl.col("wlan_ra").alias("ta")).agg(pl.len().cast(pl.Int64).alias("orphan_acks"))
+
+
+def _capture_loss(file: str, space: pl.DataFrame, orphans: pl.DataFrame, ba_missed: pl.DataFrame) -> pl.DataFrame:
+    """Return the capture_loss rows of one air capture."""
+    per = (space.group_by("ta", "ra", "_tid")
+           .agg(pl.len().cast(pl.Int64).alias("mpdus_captured"),
+                pl.col("holes").max().cast(pl.Int64).alias("mpdus_missed"),
+                pl.col("direction").mode().first())
+           .group_by("ta", "ra").agg(pl.col("mpdus_captured").sum(), pl.col("mpdus_missed").sum(),
+                                     pl.col("direction").mode().first()))
+    per = per.join(ba_missed, on=["ta", "ra"], how="left").with_columns(pl.col("blockack_missed").fill_null(0))
+    per = per.join(orphans, on="ta", how="left").with_columns(pl.col("orphan_acks").fill_null(0))
+    # an orphan ACK belongs to the transmitter, not to one of its spaces: count it once, on its first row
+    per = per.sort("ta", "ra", nulls_last=True).with_columns(
+        pl.when(pl.int_range(pl.len()).over("ta") == 0).then(pl.col("orphan_acks")).otherwise(0).alias("orphan_acks"))
+    total = per.select(pl.lit(None, pl.Utf8).alias("ta"), pl.lit(None, pl.Utf8).alias("ra"),
+                       pl.col("mpdus_captured").sum(), pl.col("mpdus_missed").sum(),
+                       pl.lit("all").alias("direction"), pl.col("blockack_missed").sum(),
+                       pl.lit(int(orphans["orphan_acks"].sum()) if orphans.height else 0, pl.Int64)
+                       .alias("orphan_acks"))
+    out = pl.concat([per.select(total.columns), total], how="vertical_relaxed")
+    inferred = pl.col("mpdus_captured") + pl.col("mpdus_missed")
+    return out.with_columns(pl.lit(file).alias("capture_file"), inferred.alias("mpdus_inferred"),
+                            pl.when(inferred > 0).then(pl.col("mpdus_missed") / inferred).alias("loss_fraction"),
+                            pl.lit("seq_gaps").alias("method"))
+
+
+def analyse_air(air: pl.DataFrame, file: str) -> dict[str, pl.DataFrame]:
+    """Return one air capture's attempts (with gid, useq, confirmation), MSDU groups, stations and capture loss."""
+    return _analyse_usable(_usable_air(air), file)
+
+
+def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[str, pl.DataFrame]:
+    """Return `analyse_air` of the air records `_usable_air` kept (`compact`: see `_compact_air`)."""
+    att = _confirm(air, _attempts(air))
+    space, seq_of = _seq_spaces(air)
+    att = _join_left(att, seq_of.select("_i", "useq"), ["_i"])
+    del seq_of
+    # what needs the air records is done first, so that they are freed before the MSDU groups are built
+    # (of the Block Ack bits, capture loss reads only the distinct (transmitter, receiver, seq): one row per
+    # bit set, with two address strings, would be one of the largest tables held here)
+    bits = (_ba_bits(air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 9)),
+                     ("ba_ta", "ba_ra", "mac_seq"))
+            .select(pl.col("ba_ra").alias("ta"), pl.col("ba_ta").alias("ra"), "mac_seq").unique())
+    orphans = _orphan_acks(air)
+    span = (int(air["ts_ns"].min()), int(air["ts_ns"].max())) if air.height else (0, -1)
+    stations = _stations(air)
+    del air
+    # capture loss: which of the holes a Block Ack says arrived (the attempts' addresses and numbers only)
+    seen = att.select("ta", "ra", pl.col("mac_seq").cast(pl.Int64)).unique()
+    ba_missed = (bits.join(seen, on=["ta", "ra", "mac_seq"], how="anti")
+                 .group_by("ta", "ra").agg(pl.len().cast(pl.Int64).alias("blockack_missed")))
+    del bits, seen
+    # sorted once and kept sorted: the group-by below would otherwise hold a sorted copy beside `att`
+    att = att.sort("_i")
+    # MSDU groups: the first attempt gives seq/key/time; the final fragment's confirmation confirms it
+    last_frag = (pl.col("frag") == pl.col("frag").max()) & ~pl.col("more_frag")
+    grp = att.group_by("gid").agg(
+        pl.col("ta").first(), pl.col("ra").first(), pl.col("direction").first(), pl.col("station").first(),
+        pl.col("tid").first(), pl.col("mac_seq").first(), pl.col("useq").first(), pl.col("key").drop_nulls().first(),
+        pl.col("flow").drop_nulls().first(), pl.col("ip_id").drop_nulls().first(),
+        pl.col("ip_len").drop_nulls().first(),
+        pl.col("protected").any(),
+        pl.col("frame").first().alias("first_air_frame"), pl.col("frame").last().alias("last_air_frame"),
+        pl.col("ts_ns").first().alias("first_air_ts_ns"), pl.col("ts_ns").last().alias("last_air_ts_ns"),
+        pl.col("tx_start_ns").first().alias("_start"),
+        pl.len().cast(pl.UInt32).alias("n_attempts"), pl.col("retry").sum().cast(pl.UInt32).alias("n_retries"),
+        (pl.col("frag").max().cast(pl.UInt32) + 1).alias("n_fragments"),
+        pl.col("rate_mbps").alias("rates_mbps"), pl.col("ampdu_ref").is_not_null().any().alias("ampdu"),
+        pl.col("acked_by").filter(last_frag & pl.col("acked")).first().alias("acked_by"),
+        pl.col("ack_frame").filter(last_frag & pl.col("acked")).first().alias("ack_frame"))
+    # No ACK seen, yet the transmitter went on to its next MPDU of the same queue before its retry limit:
+    # it got an ACK the sniffer did not hear (a far station's ACKs are often too weak for the sniffer).
+    part = ["ta", "ra", "tid"]
+    moved_on = pl.col("first_air_frame").shift(-1).over(part, order_by="first_air_frame").is_not_null()
+    grp = grp.with_columns(
+        pl.when(pl.col("acked_by").is_null() & moved_on & (pl.col("n_attempts") < RETRY_LIMIT * pl.col("n_fragments")))
+        .then(pl.lit("inferred")).otherwise(pl.col("acked_by").fill_null("none")).alias("acked_by"),
+        pl.lit(file).alias("air_capture_file"))
+    # capture loss: holes per space, and which of them a Block Ack says arrived
+    loss = _capture_loss(file, space, orphans, ba_missed)
+    # join_timeline reads of the attempts only the attempts table's columns and the group id
+    att = att.select(*_ATT_KEEP, "gid", "attempt", "acked", "acked_by", "ack_frame")
+    # and of the sequence spaces what places a packet's MPDU (`downlink_one`)
+    space = space.select("ta", "ra", "_tid", "useq", "holes")
+    out = {"attempts": att, "groups": grp, "space": space, "stations": stations, "loss": loss,
+           "span": pl.DataFrame({"start": [span[0]], "end": [span[1]]})}
+    del att, grp, space, stations
+    return _compact_air(out) if compact else out
+
+
+def _compact_air(a: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """Return `_analyse_usable`'s tables with the groups', spaces' and stations' strings copied out of the air
+    records' buffers (string views share them: see `_compact`)."""
+    for k in ("groups", "space", "stations"):
+        a[k] = _compact(a[k])
+    return a
+
+
+# ---------------------------------------------------------------------------------------------
+# wired side and the join
+
+
+def _ap_files(tl: Timeline) -> list[str]:
+    """Return the AP's wired captures: vantage ap_wired, or any wired vantage starting with 'ap'."""
+    return [e.file for e in tl.entries("wired") if e.vantage == "ap_wired" or e.vantage.lower().startswith("ap")]
+
+
+def _wired_ip(df: pl.DataFrame) -> pl.DataFrame:
+    """Return a wired capture's IP packets with the match key."""
+    for c, t in mm.IP_KEY:
+        if c not in df.columns:
+            df = df.with_columns(pl.lit(None, t).alias(c))
+    if "flow" not in df.columns:
+        df = df.with_columns(pl.lit(None, pl.Utf8).alias("flow"))
+    if "ip_dscp" not in df.columns:
+        df = df.with_columns(pl.lit(None, pl.UInt8).alias("ip_dscp"))
+    ok = pl.col("ip_src").is_not_null() & pl.col("ip_dst").is_not_null()
+    if "malformed" in df.columns:
+        ok = ok & pl.col("malformed").is_null()
+    # lazily: the filter then copies only the columns selected
+    return df.lazy().filter(ok).select("capture_file", "frame", "ts_ns", "flow", "ip_src", "ip_dst", "ip_id", "ip_len",
+                                       "ip_dscp", mm._key_expr().alias("key")).collect()
+
+
+def _wired_key(df: pl.DataFrame) -> pl.DataFrame:
+    """Return (key, ts_ns, ip_dst) of a wired capture's IP packets: `_wired_ip`'s rows, three of its columns."""
+    for c, t in mm.IP_KEY:
+        if c not in df.columns:
+            df = df.with_columns(pl.lit(None, t).alias(c))
+    ok = pl.col("ip_src").is_not_null() & pl.col("ip_dst").is_not_null()
+    if "malformed" in df.columns:
+        ok = ok & pl.col("malformed").is_null()
+    return df.lazy().filter(ok).select(mm._key_expr().alias("key"), "ts_ns", "ip_dst").collect()
+
+
+_PRIORITY = pl.col("fate").replace_strict({"delivered": 0, "air_unacked": 0, "sniffer_missed": 1,
+                                          "dropped_at_ap": 2, "unknown": 3}, default=3)
+_GROUP_INFO = ("air_capture_file", "first_air_frame", "last_air_frame", "first_air_ts_ns", "last_air_ts_ns",
+               "mac_seq", "tid", "n_attempts", "n_retries", "n_fragments", "rates_mbps", "ampdu", "acked_by",
+               "ack_frame")
+
+
+# what `_merge_groups` reads of the matched groups (besides the packet column)
+_MERGE_COLS = ("air_capture_file", "first_air_frame", "first_air_ts_ns", "_start", "mac_seq", "tid", "ta", "ra", "useq",
+               "gid", "last_air_frame", "last_air_ts_ns", "n_attempts", "n_retries", "n_fragments", "rates_mbps",
+               "ampdu", "acked_by", "ack_frame")
+
+
+def _merge_groups(m: pl.DataFrame, by: str) -> pl.DataFrame:
+    """Return one row per `by`: the matched MSDU groups of one packet merged (normally just one)."""
+    m = m.select(by, *_MERGE_COLS)
+    return m.sort("first_air_frame").group_by(by).agg(
+        *(pl.col(c).first() for c in ("air_capture_file", "first_air_frame", "first_air_ts_ns", "_start", "mac_seq",
+                                      "tid", "ta", "ra", "useq", "gid")),
+        pl.col("last_air_frame").last(), pl.col("last_air_ts_ns").last(),
+        pl.col("n_attempts").sum(), pl.col("n_retries").sum(), pl.col("n_fragments").max(),
+        pl.col("rates_mbps").list.explode(keep_nulls=False, empty_as_null=False), pl.col("ampdu").any(),
+        pl.col("acked_by").filter(pl.col("acked_by") != "none").first().fill_null("none"),
+        pl.col("ack_frame").drop_nulls().first())
+
+
+def _space_cols() -> list[pl.Expr]:
+    """Return the expressions naming a group's sequence space (as `_seq_spaces` does)."""
+    return [pl.when(pl.col("tid").is_not_null()).then(pl.col("ra")).alias("_sra"),
+            pl.col("tid").cast(pl.Int16).fill_null(-1).alias("_tid")]
+
+
+def _compact(df: pl.DataFrame) -> pl.DataFrame:
+    """Return `df` with its strings copied out: rows taken from a large table keep that table's whole string
+    buffers alive (polars' string views share them)."""
+    return df.with_columns(pl.col(pl.String) + "")
+
+
+def _join_left(d: pl.DataFrame, right: pl.DataFrame, on: list[str], nulls_equal: bool = False) -> pl.DataFrame:
+    """Return `d` left-joined to `right` (one row per key): the key columns alone go through the join,
+    so that the rest of `d` is not copied; rows keep their order."""
+    add = d.select(on).join(right, on=on, how="left", nulls_equal=nulls_equal, maintain_order="left")
+    if add.height != d.height:      # a key repeated in `right`: the plain join multiplies the rows
+        return d.join(right, on=on, how="left", nulls_equal=nulls_equal, maintain_order="left")
+    return d.hstack(add.drop(on).get_columns())
+
+
+def _join_holes(d: pl.DataFrame, sp: pl.DataFrame) -> pl.DataFrame:
+    """Return `d` left-joined to the sequence spaces' holes `sp` on (ta, _sra, _tid, useq), nulls equal."""
+    on = ["ta", "_sra", "_tid"]
+    lo, hi = sp.select(pl.col("useq").min().alias("lo"), pl.col("useq").max().alias("hi")).row(0)
+    dlo, dhi = d.select(pl.col("useq").min().alias("lo"), pl.col("useq").max().alias("hi")).row(0)
+    lo, hi = min(x for x in (lo, dlo, 0) if x is not None), max(x for x in (hi, dhi, 0) if x is not None)
+    if lo < -(1 << 39) or hi >= 1 << 39:      # (the one integer below would not be unique)
+        return _join_left(d, sp, [*on, "useq"], nulls_equal=True)
+    # A join on the four columns of a million rows, two of them address strings, held some 300 MB of
+    # encoded keys: the few spaces are numbered first and the rows joined on one integer instead.
+    ids = sp.select(on).unique().with_row_index("_sid")
+    key = (pl.col("_sid").cast(pl.Int64) * (1 << 40) + pl.col("useq")).alias("_k")
+    right = sp.join(ids, on=on, how="left", nulls_equal=True).select(key, "holes")
+    left = d.select(*on, "useq").join(ids, on=on, how="left", nulls_equal=True, maintain_order="left").select(key)
+    add = left.join(right, on="_k", how="left", maintain_order="left")
+    del left, right
+    if add.height != d.height:      # a key repeated in `sp`: as `_join_left` does then
+        return _join_left(d, sp, [*on, "useq"], nulls_equal=True)
+    return d.hstack([add.get_column("holes")])
+
+
+_DOWN_COLS = tuple(c.name for c in DOWNLINK)
+_UP_COLS = tuple(c.name for c in UPLINK)
+
+
+def _dequeued_since_previous(ts: pl.Series, groups: pl.DataFrame) -> pl.Series:
+    """Return per wired packet whether the AP started sending some downlink MPDU since the previous packet's arrival."""
+    ev = np.sort(groups.filter(pl.col("direction") == "down").get_column("_start").drop_nulls().to_numpy())
+    t = ts.to_numpy()
+    order = np.argsort(t, kind="stable")
+    st = t[order]
+    prev = np.concatenate(([np.iinfo(np.int64).min], st[:-1]))
+    out = np.empty(len(t), dtype=bool)
+    out[order] = np.searchsorted(ev, st, side="right") > np.searchsorted(ev, prev, side="right")
+    return pl.Series("_deq", out)
+
+
+def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Return (per wired downlink packet `_w`: its groups and fate in one air capture, gid -> _w map)."""
+    g = a["groups"].filter((pl.col("direction") == "down") & pl.col("key").is_not_null())
+    g = g.with_columns((pl.col("_start") + SLACK_NS).alias("_t")).sort("_t")
+    m = g.join_asof(w.select("_w", "key", pl.col("ts_ns").alias("_wts")).sort("_wts"), left_on="_t",
+                    right_on="_wts", by="key", strategy="nearest", tolerance=MATCH_WINDOW_NS + SLACK_NS,
+                    check_sortedness=False)
+    del g             # the matching's working tables are freed as soon as used: this is the join's busiest moment
+    # lazily: the filter copies only what is read next, not every column of the groups
+    m = m.lazy().filter(pl.col("_w").is_not_null()).select("_w", *_MERGE_COLS).collect()
+    gmap = m.select("gid", "_w")
+    per = _merge_groups(m, "_w")
+    del m
+    # (each working column is dropped once read for the last time: these rows are a million wide)
+    d = w.join(per, on="_w", how="left").with_columns(_space_cols()).drop("ra")
+    del per
+    # holes (sequence numbers missed before it) of each matched packet's MPDU
+    sp = a["space"].select("ta", pl.col("ra").alias("_sra"), "_tid", "useq", "holes")
+    d = _join_holes(d, sp).drop("useq")
+    del sp
+    matched = pl.col("gid").is_not_null()
+    # an unseen packet's space: the one its station's packets of the same DSCP used (else the station's)
+    seen = d.lazy().filter(matched).select("station", "ip_dscp", "ta", "_sra", "_tid").collect()
+    by_dscp = seen.group_by("station", "ip_dscp").agg(pl.col("ta").mode().first().alias("_pta"),
+                                                       pl.col("_sra").mode().first().alias("_psra"),
+                                                       pl.col("_tid").mode().first().alias("_ptid"))
+    by_sta = seen.group_by("station").agg(pl.col("ta").mode().first().alias("_qta"),
+                                          pl.col("_sra").mode().first().alias("_qsra"),
+                                          pl.col("_tid").mode().first().alias("_qtid"))
+    del seen
+    d = _join_left(_join_left(d, by_dscp, ["station", "ip_dscp"], nulls_equal=True), by_sta, ["station"])
+    have_p = pl.col("_pta").is_not_null()
+    d = d.with_columns(
+        pl.when(matched).then(pl.col("ta")).when(have_p).then(pl.col("_pta")).otherwise(pl.col("_qta")).alias("_sta"),
+        pl.when(matched).then(pl.col("_sra")).when(have_p).then(pl.col("_psra")).otherwise(pl.col("_qsra"))
+        .alias("_sra"),
+        pl.when(matched).then(pl.col("_tid")).when(have_p).then(pl.col("_ptid")).otherwise(pl.col("_qtid"))
+        .alias("_tid")).drop("ta", "_pta", "_psra", "_ptid", "_qta", "_qsra", "_qtid")
+    part = ["station", "_sta", "_sra", "_tid"]
+    # in wired order within each space (the windows order the rows: sorting every column would copy them)
+    order = ["ts_ns", "frame"]
+    d = d.with_columns(
+        pl.col("holes").forward_fill().over(part, order_by=order).alias("_hp"),
+        pl.col("holes").backward_fill().over(part, order_by=order).alias("_hn"),
+        matched.cast(pl.Int64).cum_sum().over(part, order_by=order).alias("_seg")).drop("holes")
+    # Which unseen packets of a segment took the missing sequence numbers: with the AP's queue full, a
+    # drop-tail queue accepts a packet only if a slot freed since the previous arrival, i.e. the AP
+    # dequeued some MPDU (of any station: the queue is shared) for its first transmission in between;
+    # a packet that arrived with no dequeue since the previous arrival met a full queue.  Those are
+    # called missed first, then the earliest (the queue was not full: every one of them was sent).
+    d = d.with_columns(_dequeued_since_previous(d.get_column("ts_ns"), a["groups"]).alias("_deq"))
+    d = d.with_columns(pl.int_range(pl.len()).over([*part, "_seg"], order_by=[~matched, ~pl.col("_deq"), *order])
+                       .alias("_rank"),
+                       (pl.col("_hn") - pl.col("_hp").fill_null(0)).clip(lower_bound=0).alias("_gap"))
+    # unmatched rows follow their segment's matched row (if any): rank among the unseen starts at 0
+    d = d.with_columns(pl.when(pl.col("_hp").is_not_null() & (pl.col("_seg") > 0)).then(pl.col("_rank") - 1)
+                       .otherwise(pl.col("_rank")).alias("_rank")).drop("_hp", "_seg", "_deq")
+    prot = a["groups"].filter(pl.col("direction") == "down").group_by("station").agg(
+        (pl.col("protected").mean() > 0.5).alias("_prot"))
+    d = _join_left(d, prot, ["station"])
+    start, end = a["span"].row(0)
+    outside = (pl.col("ts_ns") < start) | (pl.col("ts_ns") > end)
+    fate = (pl.when(matched).then(pl.when(pl.col("acked_by") != "none").then(pl.lit("delivered"))
+                                  .otherwise(pl.lit("air_unacked")))
+            .when(pl.col("_hn").is_null() | pl.col("_sta").is_null() | pl.col("_prot").fill_null(False) | outside)
+            .then(pl.lit("unknown"))
+            .when(pl.col("_rank") < pl.col("_gap")).then(pl.lit("sniffer_missed"))
+            .otherwise(pl.lit("dropped_at_ap")))
+    d = d.with_columns(fate.alias("fate"),
+                       pl.when(matched).then(pl.col("air_capture_file")).otherwise(pl.lit(a["loss"]["capture_file"][0]))
+                       .alias("air_capture_file"))
+    # what join_timeline reads of the rows: the table's columns, the packet, its key and the transmission start
+    return d.select([c for c in (*_DOWN_COLS, "_w", "key", "_start") if c in d.columns]), gmap
+
+
+def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Return (wired uplink packets with their groups, unmatched air uplink groups, gid -> _w map)."""
+    g = a["groups"].filter((pl.col("direction") == "up") & pl.col("key").is_not_null()).sort("first_air_ts_ns")
+    m = (w.select("_w", "key", (pl.col("ts_ns") + SLACK_NS).alias("_t")).sort("_t")
+         .join_asof(g, left_on="_t", right_on="first_air_ts_ns", by="key", strategy="nearest",
+                    tolerance=MATCH_WINDOW_NS + SLACK_NS, check_sortedness=False)
+         .lazy().filter(pl.col("gid").is_not_null()).select("_w", *_MERGE_COLS).collect())
+    gmap = m.select("gid", "_w")
+    per = _merge_groups(m, "_w")
+    del m
+    d = w.join(per, on="_w", how="left")
+    del per
+    only = g.join(gmap, on="gid", how="anti")
+    return d.select([c for c in (*_UP_COLS, "_w", "gid") if c in d.columns]), only, gmap
+
+
+def _downstream_keys(tl: Timeline, ap: list[str], down: pl.DataFrame) -> pl.DataFrame:
+    """Return (key, ts_ns) of the packets in wired captures downstream of the AP (a station's own capture)."""
+    out = []
+    probe = down.select("key", pl.col("ts_ns").alias("_ap")).unique("key", keep="first")
+    for e in tl.entries("wired"):
+        if e.file in ap:
+            continue
+        # only the key, the stamp and the destination: the rest of `_wired_ip`'s columns (flow names...)
+        # would be built for 1 M+ packets at the join's busiest moment for nothing
+        o = _wired_key(tl.packets(e.file, columns=["ts_ns", "malformed", *(c for c, _ in mm.IP_KEY)]))
+        seen = o.join(probe, on="key")
+        lag = seen.select((pl.col("ts_ns") - pl.col("_ap")).median()).item()
+        # A station's own capture sees the AP's downlink to that station only; a capture upstream
+        # (the server's, next to the AP on a fast link) sees it all, and clock error can put it a few
+        # microseconds "after" the AP: it must not vouch for packets the AP dropped.
+        if lag is not None and lag > 0 and seen.get_column("ip_dst").n_unique() == 1:
+            out.append(o.select("key", "ts_ns"))
+    if not out:
+        return pl.DataFrame(schema={"key": pl.UInt64, "ts_ns": pl.Int64})
+    return pl.concat(out)
+
+
+def _nulls(*names: str) -> list[pl.Expr]:
+    """Return null columns standing for the air side's columns when there is no air capture."""
+    types = {"acked_by": pl.Utf8, "n_attempts": pl.UInt32}
+    return [pl.lit(None, types.get(n, pl.Int64)).alias(n) for n in names]
+
+
+def _choose(rows: pl.DataFrame) -> pl.DataFrame:
+    """Return one row per `_w`: the air capture that saw most attempts, else the strongest evidence."""
+    return (rows.with_columns(pl.col("n_attempts").fill_null(0).alias("_na"), _PRIORITY.alias("_pri"))
+            .sort(["_w", "_na", "_pri"], descending=[False, True, False])
+            .unique("_w", keep="first", maintain_order=True))
+
+
+def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
+    """Return the downlink, uplink, attempts and capture_loss tables of a timeline."""
+    # A spilled timeline (a large bundle) has a scratch directory: the attempts wait there, not in memory,
+    # while the wired side is joined (they are needed again only at the end).
+    scratch = getattr(tl, "_spill_dir", None)
+    att_files: dict[str, str] = {}
+    airs = []
+    for n, e in enumerate(tl.entries("air")):
+        a = _analyse_usable(_usable_air(tl.packets(e.file, columns=_AIR)), e.file, compact=False)
+        if scratch is not None:
+            att_files[e.file] = os.path.join(scratch, f"join-attempts-{n}.arrow")
+            a.pop("attempts").write_ipc(att_files[e.file], compression="uncompressed")
+        # the kept tables' strings copied out only now: the attempts, which share the air records' string
+        # buffers too, are gone, so the old buffers are freed as the copies are made, not held beside them
+        airs.append((e.file, _compact_air(a)))
+        del a
+    loss = pl.concat([a["loss"] for _, a in airs], how="vertical_relaxed") if airs else None
+    ap = _ap_files(tl)
+    stations = (pl.concat([a["stations"] for _, a in airs]).unique() if airs
+                else pl.DataFrame(schema={"station": pl.Utf8, "ip": pl.Utf8}))
+    # an IP seen behind two addresses (a station that reassociated with a new MAC...): keep the first
+    ip_sta = stations.unique("ip", keep="first", maintain_order=True)
+    wired = (pl.concat([_wired_ip(tl.packets(f, columns=_WIRED)) for f in ap], how="vertical_relaxed") if ap
+             else _wired_ip(pl.DataFrame(schema={"capture_file": pl.Utf8, "frame": pl.Int64, "ts_ns": pl.Int64})))
+    wired = wired.with_row_index("_w")
+    down_w = wired.join(ip_sta.rename({"ip": "ip_dst"}), on="ip_dst", how="inner")
+    up_w = wired.join(ip_sta.rename({"ip": "ip_src"}), on="ip_src", how="inner").join(
+        down_w.select("_w"), on="_w", how="anti")
+    # the addresses served to find the station: the rest reads neither, nor more of `wired` than this
+    down_w, up_w = down_w.drop("ip_src", "ip_dst"), up_w.drop("ip_src", "ip_dst")
+    w_end = int(wired["ts_ns"].max()) if wired.height else None
+    w_start = int(wired["ts_ns"].min()) if wired.height else None
+    wired = wired.select("_w", "capture_file", "frame")
+    gmaps, down_rows, up_rows, up_only = [], [], [], []
+    for file, a in airs:
+        d, gm = downlink_one(down_w, a)
+        down_rows.append(d)
+        u, only, gu = uplink_one(up_w, a)
+        up_rows.append(u)
+        up_only.append(only)
+        gmaps.append(pl.concat([gm, gu]).with_columns(pl.lit(file).alias("capture_file")))
+        del d, gm, u, only, gu
+        # what is left to do reads of an air capture only its attempts and capture loss: free the rest now
+        for k in ("groups", "space", "stations"):
+            a.pop(k)
+    # downlink
+    if down_rows:
+        down = _choose(pl.concat(down_rows, how="diagonal_relaxed"))
+        del down_rows
+    else:   # no air capture: nothing to say about any packet's air side
+        down = down_w.with_columns(pl.lit("unknown").alias("fate"), *_nulls("acked_by", "_start", "n_attempts"))
+    client = _downstream_keys(tl, ap, down_w)
+    del down_w
+    if client.height and down.height:
+        got = (down.select("_w", "key", "ts_ns").sort("ts_ns")
+               .join_asof(client.rename({"ts_ns": "_cts"}).sort("_cts"), left_on="ts_ns", right_on="_cts", by="key",
+                          strategy="forward", tolerance=MATCH_WINDOW_NS, check_sortedness=False)
+               .select("_w", pl.col("_cts").is_not_null().alias("_client")))
+        down = down.join(got, on="_w", how="left")
+        c = pl.col("_client").fill_null(False)
+        unseen = pl.col("n_attempts").fill_null(0) == 0
+        down = down.with_columns(
+            pl.when(c & unseen).then(pl.lit("sniffer_missed")).when(c & (pl.col("fate") == "air_unacked"))
+            .then(pl.lit("delivered")).otherwise(pl.col("fate")).alias("fate"),
+            pl.when(c & (pl.col("acked_by").fill_null("none") == "none")).then(pl.lit("client"))
+            .otherwise(pl.col("acked_by")).alias("acked_by"))
+        del got
+    del client
+    down = down.with_columns(pl.col("acked_by").fill_null("none"),
+                             (pl.col("_start") - pl.col("ts_ns")).alias("sojourn_ns")).sort("capture_file", "frame")
+    keep = [c.name for c in DOWNLINK]
+    # each table is finished as soon as it can be, and its working rows freed
+    downlink = conform(down.select([c for c in keep if c in down.columns]), DOWNLINK)
+    del down
+    # uplink
+    if up_rows:
+        up = _choose(pl.concat(up_rows, how="diagonal_relaxed").with_columns(
+            pl.when(pl.col("gid").is_not_null()).then(pl.lit("delivered")).otherwise(pl.lit("sniffer_missed"))
+            .alias("fate")))
+    else:
+        up = up_w.with_columns(pl.lit("unknown").alias("fate"), *_nulls("acked_by", "last_air_ts_ns", "first_air_ts_ns"))
+    up = up.with_columns((pl.col("ts_ns") - pl.col("last_air_ts_ns")).alias("sojourn_ns"),
+                         pl.col("acked_by").fill_null("none"))
+    wired_flows = up_w.get_column("flow").drop_nulls().unique()
+    if up_only:
+        only = pl.concat(up_only, how="diagonal_relaxed").filter(pl.col("flow").is_in(wired_flows.implode()))
+        only = only.sort("n_attempts", descending=True).unique("key", keep="first")
+        edge = (pl.lit(w_end is None) | (pl.col("last_air_ts_ns") > (w_end or 0) - 1_000_000_000)
+                | (pl.col("first_air_ts_ns") < (w_start or 0)))
+        only = only.with_columns(
+            pl.when(edge).then(pl.lit("unknown")).when(pl.col("acked_by") != "none").then(pl.lit("dropped_at_ap"))
+            .otherwise(pl.lit("air_unacked")).alias("fate"))
+        up = pl.concat([up, only], how="diagonal_relaxed")
+        del only
+    del up_rows, up_only, up_w
+    up = up.sort("capture_file", "frame", "first_air_ts_ns", nulls_last=True)
+    uplink = conform(up.select([c for c in keep if c in up.columns]), UPLINK)
+    del up
+    # attempts, joined to their wired packet
+    if airs:
+        gm = pl.concat(gmaps).join(wired.select("_w", pl.col("capture_file").alias("wired_capture_file"),
+                                                pl.col("frame").alias("wired_frame")), on="_w")
+        gm = gm.drop("_w").unique(["capture_file", "gid"])
+        parts = []
+        for f, a in airs:
+            if f in att_files:
+                a["attempts"] = pl.read_ipc(att_files[f])
+                os.remove(att_files[f])
+            # one air capture at a time, joined on the group id alone: only that key column goes through
+            # the join (`_join_left`), not a copy of every attempt column
+            g = gm.filter(pl.col("capture_file") == f).drop("capture_file")
+            parts.append(_join_left(a.pop("attempts"), g, ["gid"]).with_columns(pl.lit(f).alias("capture_file")))
+            del g
+        del gm
+        att = pl.concat(parts, how="diagonal_relaxed")
+        del parts
+    else:
+        att = None
+    return {
+        "downlink": downlink,
+        "uplink": uplink,
+        "attempts": conform(None if att is None else att.select([c.name for c in ATTEMPTS]), ATTEMPTS),
+        "capture_loss": conform(None if loss is None else loss.select([c.name for c in CAPTURE_LOSS]), CAPTURE_LOSS),
+    }
+
+
+def build(tl: Timeline) -> dict[str, pl.DataFrame]:
+    """Return {"downlink", "uplink", "attempts", "capture_loss"} for a timeline."""
+    return join_timeline(tl)

@@ -1,0 +1,69 @@
+"""Helpers every metric table uses: a schema is a tuple of `parsers.schema.Column`, written once per table.
+
+A metric module declares its tables as ``TABLES = {"name": (Column(...), ...)}``; `conform` holds a
+computed frame to its declared schema (order, dtypes, missing columns as nulls) so a table read from
+Parquet, built empty or computed always looks the same; `register` collects every module's tables so
+the README and `xlayer metrics` list them from one place.
+"""
+from __future__ import annotations
+
+import polars as pl
+
+from parsers.schema import Column
+
+__all__ = ["Column", "REGISTRY", "conform", "empty", "register", "schema_of"]
+
+REGISTRY: dict[str, tuple[Column, ...]] = {}
+DOCS: dict[str, str] = {}
+
+
+def register(name: str, columns: tuple[Column, ...], doc: str) -> tuple[Column, ...]:
+    """Return `columns` after recording them as table `name` (one line `doc` says what a row is)."""
+    if name in REGISTRY and REGISTRY[name] != columns:
+        raise ValueError(f"metric table {name!r} declared twice with different columns")
+    REGISTRY[name] = columns
+    DOCS[name] = doc
+    return columns
+
+
+def schema_of(columns: tuple[Column, ...]) -> dict[str, pl.DataType]:
+    """Return {name: dtype} of a table schema."""
+    return {c.name: c.dtype for c in columns}
+
+
+def empty(columns: tuple[Column, ...]) -> pl.DataFrame:
+    """Return an empty frame with exactly the schema's columns and dtypes."""
+    return pl.DataFrame(schema=schema_of(columns))
+
+
+def conform(df: pl.DataFrame | None, columns: tuple[Column, ...]) -> pl.DataFrame:
+    """Return `df` with exactly the schema's columns, in order, cast to their dtypes (absent: null).
+
+    A column `df` has that the schema does not is an error: a table's columns are documented.
+    """
+    if df is None:
+        return empty(columns)
+    names = {c.name for c in columns}
+    extra = [c for c in df.columns if c not in names]
+    if extra:
+        raise ValueError(f"columns not in the declared schema: {', '.join(extra)}")
+    return df.select(
+        (pl.col(c.name).cast(c.dtype) if c.name in df.columns else pl.lit(None, dtype=c.dtype)).alias(c.name)
+        for c in columns)
+
+
+def markdown_tables() -> str:
+    """Return every metric table's schema as Markdown (a heading and a column table each), for the README."""
+    from parsers.schema import markdown_table
+
+    import xlayer.metrics.schema as registered      # the imported module, also when this file runs as __main__
+    from xlayer.timeline.open import table_names
+
+    parts = []
+    for name in table_names():
+        parts.append(f"#### `{name}`: {registered.DOCS[name]}\n\n{markdown_table(registered.REGISTRY[name])}")
+    return "\n\n".join(parts)
+
+
+if __name__ == "__main__":
+    print(markdown_tables())

@@ -1,0 +1,763 @@
+"""TCP events per capture: retransmissions (what triggered them, whether they were needed), duplicate ACKs,
+out-of-order segments with their reordering extent, zero windows.
+
+Everything is computed per capture (vantage) and per TCP connection (``conn``/``dir`` from
+`xlayer.timeline.flowkey`), in the capture's frame order, as Wireshark reads it.  Sequence and acknowledgement
+numbers are unwrapped per direction (32-bit wrap) and shown relative to the direction's first sequence
+number as Wireshark does (the SYN is 0; without a SYN the first segment seen is 1).
+
+A segment holding data (or SYN/FIN) that starts below the highest sequence number seen before it in its
+direction ("next expected", Wireshark's ``nextseq``) and is no keep-alive or zero-window probe is a row of
+``retransmissions``, classed:
+
+``network_duplicate``
+    the same IP id, length and TSval were seen before at this vantage: the network (or the capture)
+    duplicated the packet, the sender did not send it twice;
+``reorder``
+    its bytes were never seen before at this vantage and it was sent *before* the segment that carried
+    the highest sequence number (lower IP id, else lower TSval, else -- weakest -- it came within the
+    handshake RTT (3 ms without one) of it, Wireshark's rule): it is the original, arriving late;
+``spurious``
+    a real retransmission whose bytes had reached the receiver already; the method says how that is known,
+    strongest first: ``receiver_capture`` (a receiver-side capture of the bundle saw an earlier
+    transmission of these bytes: same raw sequence number and IP id / TSval), ``dsack`` (an ACK carries a
+    D-SACK block covering it, RFC 2883), ``receiver_vantage`` (this capture is on the receiver's side and
+    saw the original), ``eifel`` (the first ACK covering it echoes a TSecr older than its TSval, RFC 3522),
+    ``already_acked`` (the receiver had ACKed these bytes before it was seen, Wireshark's rule);
+``fast`` / ``rto``
+    a needed (or undecided) retransmission, by its ``trigger``: ``fast`` after >= 2 duplicate ACKs for
+    its sequence number or a SACK above it; ``rto`` after a silence at least the RTO estimate (RFC 6298
+    srtt + 4 rttvar from this vantage's RTT samples, Karn's rule, at least 200 ms as Linux); ``tlp`` after
+    a shorter silence of at least two smoothed RTTs on the last segment sent (a tail loss probe, classed
+    ``rto``: a timer sent it); a retransmission following one of those inside its recovery episode (below
+    the episode's recovery point) inherits its trigger; ``unknown`` when none applies (classed ``rto``: no
+    ACK asked for it, so a timer did).  A spurious row keeps its trigger.
+
+Where a capture sits (``side``): for each direction of a connection, ``sender`` when the capture is
+nearer that direction's sender, ``receiver`` when nearer its receiver.  Decided from IP TTLs (hops since
+the sender = the next initial TTL of 32/64/128/255 minus the TTL; the direction with fewer hops comes from
+the nearer end), else from the handshake (the end that answers faster is the near one: at the server
+the SYN-ACK follows the SYN at once, at the client the ACK follows the SYN-ACK at once), else ``unknown``.
+A retransmission that looks spurious at the sender may have been needed at the receiver: only
+receiver-side evidence (a receiver capture, D-SACK, Eifel, ACKs) decides ``spurious``; a middle capture
+that saw the original pass proves nothing.
+
+`classify(df)` works on one packet table (one capture, no bundle needed); the timeline's `build` adds
+the evidence of the bundle's other (receiver-side) captures, whose ``ts_ns`` are on one clock.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from xlayer.timeline.flowkey import flow_exprs
+from xlayer.metrics.schema import Column, conform, register
+
+NEEDS = ("frame", "ts_ns", "ip_version", "ip_src", "ip_dst", "ip_proto", "ip_id", "ip_ttl", "ip_frag_offset",
+         "sport", "dport", "tcp_seq", "tcp_ack", "tcp_flags", "tcp_win", "tcp_len", "tcp_wscale", "tcp_tsval",
+         "tcp_tsecr", "tcp_sack")
+
+FIN, SYN, RST, ACK = 0x01, 0x02, 0x04, 0x10
+MIN_RTO_NS = 200_000_000          # Linux's RTO floor (and the sims'): RFC 6298's 1 s is not what stacks use
+INITIAL_RTO_NS = 1_000_000_000    # RFC 6298 before any RTT sample
+TLP_MIN_NS = 10_000_000           # Linux's probe timeout floor
+DUP_WINDOW_NS = 1_000_000_000     # a network duplicate follows its twin within this
+OOO_DEFAULT_NS = 3_000_000        # Wireshark's out-of-order window without a handshake RTT
+G = ["conn", "dir"]
+
+_C = Column
+RETRANSMISSIONS = register("retransmissions", (
+    _C("capture_file", pl.String, "", "capture the segment was seen in"),
+    _C("vantage", pl.String, "", "vantage of that capture"),
+    _C("side", pl.String, "", "where the capture sits for this flow: sender, receiver or unknown (see module doc)"),
+    _C("frame", pl.Int64, "", "frame number of the segment in capture_file (1-based, as Wireshark)"),
+    _C("ts_ns", pl.Int64, "ns", "time the segment was seen (reference clock)"),
+    _C("flow", pl.String, "", "flow (direction) of the segment"),
+    _C("conn", pl.String, "", "connection (both directions)"),
+    _C("seq", pl.Int64, "", "relative sequence number (as Wireshark shows it)"),
+    _C("seq_raw", pl.UInt32, "", "raw sequence number (tcp.seq_raw)"),
+    _C("len", pl.Int64, "B", "TCP payload length"),
+    _C("class", pl.String, "", "rto, fast, spurious, reorder or network_duplicate"),
+    _C("trigger", pl.String, "", "rto, tlp, fast or unknown (reorder / network_duplicate: null)"),
+    _C("spurious", pl.Boolean, "", "the bytes had reached the receiver before: the retransmission was not needed"),
+    _C("method", pl.String, "", "what decided the class (see module doc)"),
+    _C("confidence", pl.Float64, "", "0..1: how sure the method is"),
+    _C("original_frame", pl.Int64, "", "first earlier frame at this capture carrying these bytes (null: none)"),
+    _C("original_ts_ns", pl.Int64, "ns", "its time"),
+    _C("silence_ns", pl.Int64, "ns", "time since the connection's previous packet at this capture"),
+    _C("rto_estimate_ns", pl.Int64, "ns", "RTO estimate at that time (srtt + 4 rttvar, >= 200 ms)"),
+    _C("evidence_capture", pl.String, "", "capture holding the evidence of the method (null: this one)"),
+    _C("evidence_frame", pl.Int64, "", "frame of that evidence (the D-SACK / Eifel ACK, the original at the receiver, ...)"),
+), "one segment that starts below the highest sequence number seen before it in its direction, per capture")
+
+TCP_EVENTS = register("tcp_events", (
+    _C("capture_file", pl.String, "", "capture the packet was seen in"),
+    _C("vantage", pl.String, "", "vantage of that capture"),
+    _C("frame", pl.Int64, "", "frame number in capture_file"),
+    _C("ts_ns", pl.Int64, "ns", "time (reference clock)"),
+    _C("flow", pl.String, "", "flow (direction) of the packet"),
+    _C("conn", pl.String, "", "connection"),
+    _C("event", pl.String, "", "dup_ack, out_of_order, zero_window, zero_window_probe, window_full or keep_alive"),
+    _C("seq", pl.Int64, "", "relative sequence number"),
+    _C("ack", pl.Int64, "", "relative acknowledgement number"),
+    _C("count", pl.Int64, "", "dup_ack: its number in the run of duplicates of one ACK (1 = first duplicate)"),
+    _C("ref_frame", pl.Int64, "", "dup_ack: the ACK it duplicates; out_of_order: first frame that came earlier "
+       "with a higher sequence number"),
+    _C("extent_segments", pl.Int64, "", "out_of_order: segments that arrived before it though sent after "
+       "(RFC 4737 reordering extent)"),
+    _C("extent_bytes", pl.Int64, "B", "out_of_order: their payload bytes"),
+    _C("extent_ns", pl.Int64, "ns", "out_of_order: how late it came after the first of them"),
+), "one notable TCP packet per capture: duplicate ACK, out-of-order segment, zero window ...")
+
+TABLES = {"retransmissions": RETRANSMISSIONS, "tcp_events": TCP_EVENTS}
+
+
+# ------------------------------------------------------------------------------------------------
+# helpers
+
+def _wrap32(e: pl.Expr) -> pl.Expr:
+    """Signed 32-bit value of an int64 difference (sequence arithmetic)."""
+    x = e & 0xFFFFFFFF
+    return pl.when(x >= 1 << 31).then(x - (1 << 32)).otherwise(x)
+
+
+def _wrap16(e: pl.Expr) -> pl.Expr:
+    x = e & 0xFFFF
+    return pl.when(x >= 1 << 15).then(x - (1 << 16)).otherwise(x)
+
+
+def _rev(col: str, order_by: str | None = None) -> pl.Expr:
+    """The last value of `col` seen in the other direction before each row (frame order within conn: the
+    rows' order, or `order_by`'s, the result staying in the rows' order)."""
+    a = pl.when(pl.col("dir") == "a").then(pl.col(col)).forward_fill().over("conn", order_by=order_by)
+    b = pl.when(pl.col("dir") == "b").then(pl.col(col)).forward_fill().over("conn", order_by=order_by)
+    return pl.when(pl.col("dir") == "a").then(b).otherwise(a)
+
+
+def _other(d: pl.Expr) -> pl.Expr:
+    return pl.when(d == "a").then(pl.lit("b")).otherwise(pl.lit("a"))
+
+
+def _initial_ttl(ttl: pl.Expr) -> pl.Expr:
+    return (pl.when(ttl <= 32).then(32).when(ttl <= 64).then(64).when(ttl <= 128).then(128).otherwise(255))
+
+
+# ------------------------------------------------------------------------------------------------
+# one capture
+
+def prepare(df: pl.DataFrame) -> pl.DataFrame:
+    """Return the capture's TCP rows in (conn, dir, frame) order with unwrapped sequence space and the
+    per-direction state each row sees (next expected seq, last ACK/window of both directions, dup ACKs)."""
+    if "conn" not in df.columns:
+        df = df.with_columns(flow_exprs())
+    for c in NEEDS:
+        if c not in df.columns:
+            from parsers.schema import SCHEMA
+            df = df.with_columns(pl.lit(None, SCHEMA[c]).alias(c))
+    keep = [c for c in ("capture_file", "vantage", "kind") if c in df.columns]
+    # lazily: the filter copies only the columns selected
+    t = df.lazy().filter((pl.col("ip_proto") == 6) & pl.col("tcp_seq").is_not_null() & pl.col("conn").is_not_null()
+                         & (pl.col("ip_frag_offset").fill_null(0) == 0)) \
+        .select(*keep, "frame", "ts_ns", "flow", "conn", "dir", "ip_version", "ip_id", "ip_ttl", "tcp_seq",
+                "tcp_ack", "tcp_flags", "tcp_win", "tcp_len", "tcp_wscale", "tcp_tsval", "tcp_tsecr", "tcp_sack") \
+        .collect()
+    del df                # the packet table: freed here if the caller holds no other reference to it
+    f = pl.col("tcp_flags").cast(pl.Int64).fill_null(0)
+    t = t.with_columns(
+        ((f & SYN) > 0).alias("syn"), ((f & FIN) > 0).alias("fin"), ((f & RST) > 0).alias("rst"),
+        ((f & ACK) > 0).alias("ackf"), pl.col("tcp_len").cast(pl.Int64).fill_null(0).alias("len"),
+        pl.col("tcp_seq").cast(pl.Int64).alias("_s"), pl.col("tcp_win").cast(pl.Int64).alias("win"),
+    ).sort("conn", "dir", "frame")
+    # Sequence numbers unwrapped per direction: the first raw value plus the sum of signed 32-bit steps.
+    t = t.with_columns(_wrap32(pl.col("_s").diff().over(G)).fill_null(0).alias("_d"))
+    t = t.with_columns((pl.col("_s").first().over(G) + pl.col("_d").cum_sum().over(G)).alias("seq_u"))
+    t = t.with_columns(
+        (pl.col("seq_u").first().over(G) - pl.when(pl.col("syn").first().over(G)).then(0).otherwise(1)).alias("base"),
+        (pl.col("seq_u") + pl.col("len") + pl.col("syn").cast(pl.Int64) + pl.col("fin").cast(pl.Int64)).alias("end_u"),
+        (pl.col("len") > 0).alias("data"),
+    )
+    # ACK numbers: unwrapped in their own stream, anchored near the other direction's first sequence number.
+    firsts = t.group_by(G).agg(pl.col("_s").first().alias("_o"), pl.col("base").first().alias("rbase"))
+    firsts = firsts.with_columns(_other(pl.col("dir")).alias("dir"))
+    t = t.join(firsts, on=G, how="left", maintain_order="left")
+    araw = pl.when(pl.col("ackf")).then(pl.col("tcp_ack").cast(pl.Int64))
+    t = t.with_columns(araw.alias("_a"))
+    t = t.with_columns(pl.col("_a").forward_fill().backward_fill().over(G).alias("_af"))
+    t = t.with_columns(_wrap32(pl.col("_af").diff().over(G)).fill_null(0).alias("_ad"),
+                       pl.col("_af").first().over(G).alias("_a0"))
+    anchor = pl.when(pl.col("_o").is_not_null()).then(pl.col("_o") + _wrap32(pl.col("_a0") - pl.col("_o"))) \
+        .otherwise(pl.col("_a0"))
+    t = t.with_columns(pl.when(pl.col("ackf")).then(anchor + pl.col("_ad").cum_sum().over(G)).alias("ack_u"))
+    t = t.with_columns(pl.col("rbase").fill_null(pl.col("_a0") - 1).alias("rbase"))
+    # Per-direction state before each row (Wireshark: nextseq, lastack, window of the same direction).
+    t = t.with_columns(
+        pl.col("end_u").cum_max().shift(1).over(G).alias("nxt0"),
+        pl.col("ack_u").forward_fill().shift(1).over(G).alias("prev_ack"),
+        pl.col("win").shift(1).over(G).alias("prev_win"),
+    )
+    # The rows stay in (conn, dir, frame) order: what needs the connection's frame order is computed in it
+    # by the window (order_by) instead of sorting every column back and forth.
+    t = t.with_columns(_rev("win", "frame").alias("rev_win"))
+    # A zero-window probe does not advance "next expected" (as Wireshark): recompute without them.
+    t = t.with_columns(((pl.col("len") == 1) & (pl.col("seq_u") == pl.col("nxt0")) & (pl.col("rev_win") == 0))
+                       .fill_null(False).alias("zwp"))
+    t = t.with_columns(pl.when(~pl.col("zwp")).then(pl.col("end_u")).alias("_e"))
+    t = t.with_columns(pl.col("_e").cum_max().shift(1).over(G).alias("nxt"))
+    adv = (pl.col("_e") > pl.col("nxt")) | (pl.col("nxt").is_null() & pl.col("_e").is_not_null())
+    t = t.with_columns(adv.fill_null(False).alias("adv"))
+    t = t.with_columns(
+        pl.when(pl.col("adv")).then(pl.col("ts_ns")).forward_fill().shift(1).over(G).alias("nxt_ts"),
+        pl.when(pl.col("adv")).then(pl.col("frame")).forward_fill().shift(1).over(G).alias("nxt_frame"),
+        pl.when(pl.col("adv")).then(pl.col("ip_id").cast(pl.Int64)).forward_fill().shift(1).over(G).alias("nxt_ipid"),
+        pl.when(pl.col("adv")).then(pl.col("tcp_tsval").cast(pl.Int64)).forward_fill().shift(1).over(G)
+        .alias("nxt_tsval"),
+    )
+    seg = (pl.col("len") > 0) | pl.col("syn") | pl.col("fin")
+    plain = ~(pl.col("syn") | pl.col("fin") | pl.col("rst"))
+    keepalive = (pl.col("len") <= 1) & (pl.col("seq_u") == pl.col("nxt") - 1) & plain
+    t = t.with_columns(seg.alias("seg"), keepalive.fill_null(False).alias("keepalive"))
+    # IP ids tell send order only where the sender numbers its packets (not all-zero / constant; a capture
+    # that holds every packet several times still counts).
+    t = t.with_columns(((pl.col("ip_version") == 4)
+                        & (pl.col("ip_id").n_unique().over(G) >= 2)
+                        & (pl.col("ip_id").n_unique().over(G) * 4 >= pl.len().over(G)))
+                       .fill_null(False).alias("idinfo"))
+    # ACK runs: Wireshark's duplicate ACK (same seq/ack/window, no data, window not 0).
+    dup = ((pl.col("len") == 0) & (pl.col("win") != 0) & (pl.col("win") == pl.col("prev_win"))
+           & (pl.col("seq_u") == pl.col("nxt")) & (pl.col("ack_u") == pl.col("prev_ack")) & plain)
+    t = t.with_columns(dup.fill_null(False).alias("dup0"))
+    t = t.with_columns(_rev("keepalive", "frame").fill_null(False).alias("rev_ka"))
+    t = t.with_columns((pl.col("dup0") & ~pl.col("rev_ka")).alias("dupack"))
+    epoch = (pl.col("ack_u") != pl.col("prev_ack")).fill_null(True).cum_sum().over(G)
+    t = t.with_columns(epoch.alias("_ep"))
+    t = t.with_columns(pl.col("dupack").cast(pl.Int64).cum_sum().over([*G, "_ep"]).alias("dupnum"),
+                       pl.when(~pl.col("dupack")).then(pl.col("frame")).forward_fill().over(G).alias("dup_ref"))
+    t = _sack(t)
+    t = t.with_columns(
+        _rev("ack_u", "frame").alias("rev_ack"), _rev("dupnum", "frame").alias("rev_dup"),
+        _rev("sack_max", "frame").alias("rev_sack"), _rev("ts_ns", "frame").alias("rev_ts"),
+        pl.col("ts_ns").shift(1).over("conn", order_by="frame").alias("prev_conn_ts"),
+    )
+    return t.drop("_s", "_d", "_e", "_a", "_af", "_ad", "_a0", "_o", "_ep", "tcp_sack")
+
+
+def _sack(t: pl.DataFrame) -> pl.DataFrame:
+    """Add sack_max (highest SACKed sequence, unwrapped) and the D-SACK block (dsack_left/right) per row."""
+    t = t.with_row_index("_r")
+    s = t.filter(pl.col("tcp_sack").is_not_null() & pl.col("ack_u").is_not_null()) \
+        .select("_r", "ack_u", pl.col("tcp_ack").cast(pl.Int64).alias("_ar"), "tcp_sack")
+    if s.height:
+        s = s.with_columns(pl.int_ranges(0, pl.col("tcp_sack").list.len()).alias("_i")).explode("tcp_sack", "_i")
+        s = s.filter(pl.col("tcp_sack").is_not_null()).with_columns(
+            (pl.col("ack_u") + _wrap32(pl.col("tcp_sack").arr.get(0).cast(pl.Int64) - pl.col("_ar"))).alias("l"),
+            (pl.col("ack_u") + _wrap32(pl.col("tcp_sack").arr.get(1).cast(pl.Int64) - pl.col("_ar"))).alias("r"))
+        first = s.filter(pl.col("_i") == 0).select("_r", pl.col("l").alias("l0"), pl.col("r").alias("r0"))
+        second = s.filter(pl.col("_i") == 1).select("_r", pl.col("l").alias("l1"), pl.col("r").alias("r1"))
+        agg = s.group_by("_r").agg(pl.col("r").max().alias("sack_max")).join(first, on="_r", how="left") \
+            .join(second, on="_r", how="left").join(s.select("_r", "ack_u").unique("_r"), on="_r")
+        # RFC 2883: the first block is a D-SACK when it lies below the cumulative ACK or inside the second.
+        isd = (pl.col("r0") <= pl.col("ack_u")) | ((pl.col("l0") >= pl.col("l1")) & (pl.col("r0") <= pl.col("r1")))
+        agg = agg.with_columns(pl.when(isd.fill_null(False)).then(pl.col("l0")).alias("dsack_left"),
+                               pl.when(isd.fill_null(False)).then(pl.col("r0")).alias("dsack_right"),
+                               # a D-SACK block says nothing about what is missing above the ACK
+                               pl.when(isd.fill_null(False) & pl.col("l1").is_null()).then(None)
+                               .otherwise(pl.col("sack_max")).alias("sack_max"))
+        t = t.join(agg.select("_r", "sack_max", "dsack_left", "dsack_right"), on="_r", how="left",
+                   maintain_order="left")
+    else:
+        t = t.with_columns(pl.lit(None, pl.Int64).alias(c) for c in ("sack_max", "dsack_left", "dsack_right"))
+    return t.drop("_r")
+
+
+def sides(t: pl.DataFrame) -> pl.DataFrame:
+    """Return (conn, dir, side): where this capture sits for each direction's sender (see module doc)."""
+    hops = t.filter(pl.col("ip_ttl").is_not_null()).group_by(G).agg(
+        (_initial_ttl(pl.col("ip_ttl").cast(pl.Int64)) - pl.col("ip_ttl").cast(pl.Int64)).median().alias("hops"))
+    rh = hops.with_columns(_other(pl.col("dir")).alias("dir")).rename({"hops": "rhops"})
+    # handshake: the SYN's direction, and gaps SYN -> SYN-ACK -> ACK
+    syn = t.filter(pl.col("syn") & ~pl.col("ackf")).group_by("conn").agg(
+        pl.col("dir").first().alias("cdir"), pl.col("ts_ns").min().alias("t0"))
+    sa = t.filter(pl.col("syn") & pl.col("ackf")).group_by("conn").agg(pl.col("ts_ns").min().alias("t1"))
+    hs = syn.join(sa, on="conn").join(t.select("conn", "dir", "ts_ns", "syn", "ackf"), on="conn") \
+        .filter((pl.col("dir") == pl.col("cdir")) & ~pl.col("syn") & pl.col("ackf") & (pl.col("ts_ns") > pl.col("t1"))) \
+        .group_by("conn").agg(pl.col("cdir").first(), pl.col("t0").first(), pl.col("t1").first(),
+                              pl.col("ts_ns").min().alias("t2"))
+    # server near: it answers the SYN faster than the client answers the SYN-ACK
+    hs = hs.with_columns(pl.when((pl.col("t1") - pl.col("t0")) < (pl.col("t2") - pl.col("t1"))).then(pl.lit("server"))
+                         .when((pl.col("t1") - pl.col("t0")) > (pl.col("t2") - pl.col("t1"))).then(pl.lit("client"))
+                         .alias("near"))
+    out = t.select(G).unique().join(hops, on=G, how="left").join(rh, on=G, how="left") \
+        .join(hs.select("conn", "cdir", "near"), on="conn", how="left")
+    # the near end for this direction's sender: client end sends dir == cdir
+    by_hs = pl.when(pl.col("near").is_null()).then(None) \
+        .when((pl.col("dir") == pl.col("cdir")) == (pl.col("near") == "client")).then(pl.lit("sender")) \
+        .otherwise(pl.lit("receiver"))
+    side = pl.when(pl.col("hops") < pl.col("rhops")).then(pl.lit("sender")) \
+        .when(pl.col("hops") > pl.col("rhops")).then(pl.lit("receiver")).otherwise(by_hs)
+    return out.select(*G, side.fill_null("unknown").alias("side"))
+
+
+def _first_ack(left: pl.DataFrame, t: pl.DataFrame, need: str) -> pl.DataFrame:
+    """Add ack_frame/ack_ts/ack_tsecr: the first ACK after each left row (conn, dir, frame) from the other
+    direction whose acknowledgement reaches left[need] (ACKs taken cumulatively, in frame order)."""
+    # (lazily, here and below: a filter of `t` then copies only the columns selected, not all of `t`'s)
+    acks = t.lazy().filter(pl.col("ackf") & pl.col("ack_u").is_not_null()).select(
+        "conn", _other(pl.col("dir")).alias("dir"), "frame", "ts_ns", "ack_u",
+        pl.col("tcp_tsecr").cast(pl.Int64).alias("tsecr")).collect().sort("conn", "dir", "frame")
+    acks = acks.with_columns(pl.col("ack_u").cum_max().over(G).alias("cm"))
+    r1 = acks.select(*G, pl.col("frame").alias("_f"), pl.col("frame").alias("f1"), pl.col("ts_ns").alias("t1"),
+                     pl.col("tsecr").alias("e1"), pl.col("cm").alias("cm1")).sort("_f")
+    # made before the first look-up, so that all the ACKs are not held through it beside their two views
+    r2 = acks.unique([*G, "cm"], keep="first", maintain_order=True).select(
+        *G, pl.col("cm").alias("_cm"), pl.col("frame").alias("f2"), pl.col("ts_ns").alias("t2"),
+        pl.col("tsecr").alias("e2")).sort("_cm")
+    del acks
+    out = left.with_row_index("_i").sort("frame").join_asof(
+        r1, left_on="frame", right_on="_f", by=G, strategy="forward", allow_exact_matches=False,
+        check_sortedness=False).drop("_f")
+    del r1            # each working table is freed once used: `t` and `left` are held meanwhile
+    out = out.sort(need).join_asof(r2, left_on=need, right_on="_cm", by=G, strategy="forward",
+                        check_sortedness=False).drop("_cm")
+    ok1 = pl.col("cm1") >= pl.col(need)
+    return out.sort("_i").select(
+        pl.exclude("_i", "f1", "t1", "e1", "cm1", "f2", "t2", "e2"),
+        pl.when(ok1).then(pl.col("f1")).otherwise(pl.col("f2")).alias("ack_frame"),
+        pl.when(ok1).then(pl.col("t1")).otherwise(pl.col("t2")).alias("ack_ts"),
+        pl.when(ok1).then(pl.col("e1")).otherwise(pl.col("e2")).alias("ack_tsecr"))
+
+
+def _rto(t: pl.DataFrame, cand_seq: pl.DataFrame, cand_frames: pl.DataFrame) -> pl.DataFrame:
+    """Return (conn, dir, ts_ns, srtt, rto) after each RTT sample (RFC 6298; Karn: never-retransmitted data)."""
+    d = t.lazy().filter(pl.col("data")).select(*G, "frame", "ts_ns", "seq_u", "end_u").collect()
+    d = d.join(cand_seq, on=[*G, "seq_u"], how="anti").drop("seq_u")
+    s = _first_ack(d, t, "end_u").filter(pl.col("ack_ts").is_not_null())
+    # An ACK that comes only after a retransmission filled a hole below the segment measures the recovery,
+    # not the path: drop samples with a retransmission of the direction between segment and ACK.
+    n = cand_frames.sort("frame").with_columns(pl.int_range(1, pl.len() + 1).over(G).alias("_n")) \
+        .select(*G, pl.col("frame").alias("_f"), "_n").sort("_f")
+    s = s.sort("frame").join_asof(n, left_on="frame", right_on="_f", by=G, strategy="backward",
+                                  check_sortedness=False).rename({"_n": "_n0"}).drop("_f")
+    s = s.sort("ack_frame").join_asof(n, left_on="ack_frame", right_on="_f", by=G, strategy="backward",
+                                      check_sortedness=False).drop("_f")
+    s = s.filter(pl.col("_n").fill_null(0) == pl.col("_n0").fill_null(0))
+    s = s.select(*G, pl.col("ack_ts").alias("ts_ns"), (pl.col("ack_ts") - pl.col("ts_ns")).alias("rtt")) \
+        .filter(pl.col("rtt") >= 0).sort(*G, "ts_ns")
+    s = s.with_columns(pl.col("rtt").cast(pl.Float64).ewm_mean(alpha=0.125, adjust=False).over(G).alias("srtt"))
+    dev = (pl.col("rtt") - pl.col("srtt").shift(1).over(G)).abs().fill_null(pl.col("rtt") / 2)
+    s = s.with_columns(dev.alias("_dev"))
+    s = s.with_columns(pl.col("_dev").ewm_mean(alpha=0.25, adjust=False).over(G).alias("rttvar"))
+    return s.select(*G, "ts_ns", "srtt", pl.max_horizontal(pl.col("srtt") + 4 * pl.col("rttvar"),
+                                                           pl.lit(float(MIN_RTO_NS))).alias("rto"))
+
+
+def _analyze(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Return (prepared rows, retransmission rows with working columns, events) of one capture."""
+    return _analyze_prepared(prepare(df))
+
+
+# columns of `prepare` that only served `prepare` itself (and `sides`)
+_SPENT = ("ip_version", "tcp_flags", "tcp_win", "tcp_len", "tcp_ack", "prev_win", "prev_ack", "nxt0", "dup0", "rev_ka",
+          "adv", "rev_win")
+# columns of `prepare` that only the retransmission candidates read (and `sides`: ip_ttl)
+_CAND_ONLY = ("ip_ttl", "nxt", "nxt_ts", "nxt_frame", "nxt_ipid", "nxt_tsval", "sack_max", "rev_ack", "rev_dup",
+              "rev_sack", "rev_ts", "prev_conn_ts")
+# columns of `prepare` that only `_events` (and the steps before it) read
+_EVENTS_ONLY = ("flow", "syn", "fin", "rst", "len", "win", "base", "rbase", "zwp", "keepalive", "dupack", "dupnum",
+                "dup_ref", "tcp_wscale")
+
+
+def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """`_analyze` of a capture's `prepare`d rows (`kind`: the capture's, when the rows have no kind column)."""
+    # joined on the two key columns only: a join of the whole working table would copy every column
+    t = t.with_columns(t.select(G).join(sides(t), on=G, how="left", maintain_order="left").get_column("side"))
+    t = t.drop(*_SPENT)
+    cand = t.filter(pl.col("seg") & pl.col("nxt").is_not_null() & (pl.col("seq_u") < pl.col("nxt"))
+                    & ~pl.col("keepalive") & ~pl.col("zwp")
+                    & ~((pl.col("len") > 1) & (pl.col("seq_u") == pl.col("nxt") - 1)))
+    # the state only the candidates read: dropped from the working rows, which are held to the end
+    t = t.drop(*_CAND_ONLY)
+    # the original: the first earlier frame starting at the same sequence number, else one covering it
+    firsts = t.lazy().filter(pl.col("seg")).select(*G, "seq_u", "frame", "ts_ns", "len", "ip_id", "tcp_tsval",
+                                                    "end_u").collect() \
+        .group_by([*G, "seq_u"]).agg(
+        pl.all().sort_by("frame").first()).select(
+        *G, "seq_u", pl.col("frame").alias("o_frame"), pl.col("ts_ns").alias("o_ts"), pl.col("len").alias("o_len"),
+        pl.col("ip_id").cast(pl.Int64).alias("o_ipid"), pl.col("tcp_tsval").cast(pl.Int64).alias("o_tsval"),
+        pl.col("end_u").alias("o_end"))
+    cand = cand.join(firsts, on=[*G, "seq_u"], how="left")
+    cover = firsts.sort("seq_u").rename({c: "c" + c for c in firsts.columns if c.startswith("o_")}) \
+        .rename({"seq_u": "c_seq"})
+    cand = cand.sort("seq_u").join_asof(cover, left_on="seq_u", right_on="c_seq", by=G, strategy="backward",
+                                        check_sortedness=False,
+                                        allow_exact_matches=False)
+    del firsts, cover     # one row per segment start (two copies): not held through the steps below
+    use_c = (pl.col("o_frame").is_null() | (pl.col("o_frame") >= pl.col("frame"))) \
+        & (pl.col("co_end") > pl.col("seq_u")) & (pl.col("co_frame") < pl.col("frame"))
+    same = pl.col("o_frame") < pl.col("frame")
+    o_cols = ("o_frame", "o_ts", "o_len", "o_ipid", "o_tsval")
+    cand = cand.with_columns(
+        pl.when(same).then(pl.col(c)).when(use_c.fill_null(False)).then(pl.col("c" + c)).alias(c) for c in o_cols)
+    cand = cand.with_columns(same.fill_null(False).alias("same_start")).drop(
+        "c_seq", "o_end", *("c" + c for c in o_cols), "co_end").sort("conn", "dir", "frame")
+    seen = pl.col("o_frame").is_not_null()
+    ipid = pl.col("ip_id").cast(pl.Int64)
+    tsval = pl.col("tcp_tsval").cast(pl.Int64)
+    netdup = seen & pl.col("same_start") & pl.col("idinfo") & (ipid == pl.col("o_ipid")) \
+        & (pl.col("len") == pl.col("o_len")) & ((tsval == pl.col("o_tsval")) | tsval.is_null()) \
+        & ((pl.col("ts_ns") - pl.col("o_ts")) < DUP_WINDOW_NS)
+    # never seen here: sent before the highest segment (the original, late) or after it (a retransmission
+    # whose original was lost before this capture)
+    id_order = pl.when(pl.col("idinfo") & pl.col("nxt_ipid").is_not_null()).then(_wrap16(ipid - pl.col("nxt_ipid")))
+    ts_order = pl.when(tsval.is_not_null() & pl.col("nxt_tsval").is_not_null() & (tsval != 0)) \
+        .then(_wrap32(tsval - pl.col("nxt_tsval")))
+    hs_rtt = _handshake_rtt(t)
+    cand = cand.join(hs_rtt, on="conn", how="left")
+    late = (pl.col("ts_ns") - pl.col("nxt_ts")) < pl.col("ooo_thres")
+    cand = cand.with_columns(netdup.fill_null(False).alias("netdup"), id_order.alias("_ido"), ts_order.alias("_tso"),
+                             late.fill_null(False).alias("_late"))
+    reorder = ~seen & ~pl.col("netdup") & (
+        pl.when(pl.col("_ido").is_not_null() & (pl.col("_ido") != 0)).then(pl.col("_ido") < 0)
+        .when(pl.col("_tso").is_not_null() & (pl.col("_tso") != 0)).then(pl.col("_tso") < 0)
+        .otherwise(pl.col("_late")))
+    rmethod = pl.when(pl.col("_ido").is_not_null() & (pl.col("_ido") != 0)).then(pl.lit("ip_id")) \
+        .when(pl.col("_tso").is_not_null() & (pl.col("_tso") != 0)).then(pl.lit("tsval")).otherwise(pl.lit("timing"))
+    cand = cand.with_columns(reorder.alias("reorder"), rmethod.alias("_rm"))
+    # the events need no more of the candidates than this: made now, so that the columns only they read are
+    # dropped from the working rows before the RTT samples and ACK look-ups below, the busiest steps
+    ev = _events(t, cand.sort("conn", "dir", "frame"))
+    t = t.drop(*_EVENTS_ONLY)
+
+    # --- trigger of real retransmissions ---
+    retx = ~pl.col("netdup") & ~pl.col("reorder")
+    rto = _rto(t, cand.select(*G, "seq_u").unique(), cand.filter(retx).select(*G, "frame"))
+    cand = cand.sort("ts_ns").join_asof(rto.sort("ts_ns"), on="ts_ns", by=G, strategy="backward",
+                                                             check_sortedness=False)
+    cand = cand.with_columns(
+        pl.col("rto").fill_null(float(INITIAL_RTO_NS)).cast(pl.Int64).alias("rto_est"),
+        (pl.col("ts_ns") - pl.col("prev_conn_ts")).alias("silence"))
+    by_timer = pl.col("silence") >= (pl.col("rto_est") * 9) // 10
+    by_dup = (pl.col("rev_ack") <= pl.col("seq_u")) & (
+        ((pl.col("rev_dup") >= 2) & (pl.col("rev_ack") == pl.col("seq_u"))) | (pl.col("rev_sack") > pl.col("seq_u")))
+    by_tlp = (pl.col("silence") >= pl.max_horizontal(2 * pl.col("srtt").fill_null(0), pl.lit(float(TLP_MIN_NS))) * 0.8) \
+        & (pl.col("end_u") >= pl.col("nxt"))
+    # Linux arms the RTO from the send time of the oldest unacknowledged segment, not from the last ACK
+    by_head = (pl.col("ts_ns") - pl.col("o_ts")) >= (pl.col("rto_est") * 9) // 10
+    trig = pl.when(by_timer.fill_null(False)).then(pl.lit("rto")).when(by_dup.fill_null(False)).then(pl.lit("fast")) \
+        .when(by_head.fill_null(False)).then(pl.lit("rto_head")).when(by_tlp.fill_null(False)).then(pl.lit("tlp"))
+    cand = cand.sort("conn", "dir", "frame").with_columns(pl.when(retx).then(trig).alias("_t0"))
+    cand = cand.with_columns(pl.col("_t0").replace("rto_head", "rto").alias("trig0"))
+    # recovery episodes: later retransmissions below the recovery point inherit the trigger
+    start = pl.col("trig0").is_not_null()
+    cand = cand.with_columns(
+        pl.when(start).then(pl.col("trig0")).forward_fill().over(G).alias("_et"),
+        pl.when(start).then(pl.col("nxt")).forward_fill().over(G).alias("_ep"),
+        pl.when(start).then(pl.col("frame")).forward_fill().over(G).alias("_ef"))
+    inherit = retx & ~start & (pl.col("seq_u") < pl.col("_ep"))
+    cand = cand.with_columns(
+        pl.when(~retx).then(None).when(start).then(pl.col("trig0")).when(inherit.fill_null(False)).then(pl.col("_et"))
+        .otherwise(pl.lit("unknown")).alias("trigger"),
+        pl.when(~retx).then(None)
+        .when(pl.col("_t0") == "rto").then(pl.format("rto: silence {} ms >= 0.9 x RTO estimate {} ms",
+                                                     pl.col("silence") // 1_000_000, pl.col("rto_est") // 1_000_000))
+        .when(pl.col("_t0") == "rto_head").then(pl.format("rto: {} ms after the original >= 0.9 x RTO estimate {} ms",
+                                                          (pl.col("ts_ns") - pl.col("o_ts")) // 1_000_000,
+                                                          pl.col("rto_est") // 1_000_000))
+        .when(pl.col("trig0") == "fast").then(pl.when(pl.col("rev_sack") > pl.col("seq_u"))
+                                              .then(pl.lit("fast: SACK above it in the last ACK"))
+                                              .otherwise(pl.format("fast: {} duplicate ACKs", pl.col("rev_dup"))))
+        .when(pl.col("trig0") == "tlp").then(pl.format("tlp: silence {} ms >= 2 srtt on the last segment",
+                                                       pl.col("silence") // 1_000_000))
+        .when(inherit.fill_null(False)).then(pl.format("{}: recovery episode from frame {}", pl.col("_et"),
+                                                       pl.col("_ef")))
+        .otherwise(pl.lit("unknown: no duplicate ACK, SACK or timer silence (a timer assumed)")).alias("tmethod"),
+        pl.when(~retx).then(None).when(pl.col("_t0") == "rto").then(0.85).when(pl.col("_t0") == "rto_head").then(0.7)
+        .when(pl.col("trig0") == "fast").then(pl.when(pl.col("rev_dup") >= 3).then(0.9).otherwise(0.8))
+        .when(pl.col("trig0") == "tlp").then(0.6).when(inherit.fill_null(False)).then(0.75).otherwise(0.3)
+        .alias("tconf"))
+
+    # --- spurious: evidence at this capture ---
+    dsk = t.filter(pl.col("dsack_left").is_not_null()).select(
+        "conn", _other(pl.col("dir")).alias("dir"), pl.col("dsack_left").alias("_dl"),
+        pl.col("dsack_right").alias("dr"), pl.col("frame").alias("dsack_frame"))
+    dsk = dsk.sort("dsack_frame").unique([*G, "_dl", "dr"], keep="last").sort("_dl")
+    cand = cand.sort("seq_u").join_asof(dsk, left_on="seq_u", right_on="_dl", by=G, strategy="backward",
+                                        check_sortedness=False)
+    dsack = retx & (pl.col("dr") >= pl.col("end_u")) & (pl.col("dsack_frame") > pl.col("frame"))
+    cand = cand.with_columns((pl.col("seq_u") + 1).alias("_need"))
+    cand = _first_ack(cand.sort("conn", "dir", "frame"), t, "_need")
+    eifel = retx & tsval.is_not_null() & (tsval != 0) & (pl.col("ack_tsecr").fill_null(0) != 0) \
+        & (_wrap32(pl.col("ack_tsecr") - tsval) < 0) & (pl.col("ack_ts") >= pl.col("ts_ns"))
+    acked = retx & (pl.col("len") > 0) & (pl.col("rev_ack") >= pl.col("end_u"))
+    # a monitor-mode capture near the AP sees what was sent over the air, not what the station received
+    air = (pl.col("kind") == "air") if "kind" in cand.columns else pl.lit(kind == "air")
+    rxv = retx & (pl.col("side") == "receiver") & ~air.fill_null(False)
+    cand = cand.with_columns(dsack.fill_null(False).alias("ev_dsack"), eifel.fill_null(False).alias("ev_eifel"),
+                             acked.fill_null(False).alias("ev_acked"), (rxv & seen).fill_null(False).alias("ev_rxv"),
+                             (rxv & ~seen).fill_null(False).alias("ev_rxv_neg"),
+                             pl.lit(None, pl.Boolean).alias("ev_rx"), pl.lit(None, pl.String).alias("rx_capture"),
+                             pl.lit(None, pl.Int64).alias("rx_frame"))
+    cand = cand.sort("conn", "dir", "frame")
+    # `t` without the columns only the candidates and the events read: `build` reads of it what `_originals`,
+    # `_rx_rows` and `_rx_span` do
+    return t, cand, ev
+
+
+def _handshake_rtt(t: pl.DataFrame) -> pl.DataFrame:
+    """Return (conn, ooo_thres): Wireshark's out-of-order window, the first RTT (SYN to the handshake's ACK)."""
+    syn = t.filter(pl.col("syn") & ~pl.col("ackf")).group_by("conn").agg(pl.col("ts_ns").min().alias("_t0"),
+                                                                        pl.col("dir").first().alias("_cd"))
+    fin = t.join(syn, on="conn").filter(~pl.col("syn") & pl.col("ackf") & (pl.col("dir") == pl.col("_cd"))) \
+        .group_by("conn").agg(pl.col("_t0").first(), pl.col("ts_ns").min().alias("_t2"))
+    out = t.select("conn").unique().join(fin, on="conn", how="left")
+    return out.select("conn", (pl.col("_t2") - pl.col("_t0")).fill_null(OOO_DEFAULT_NS).alias("ooo_thres"))
+
+
+def _events(t: pl.DataFrame, cand: pl.DataFrame) -> pl.DataFrame:
+    """Return the tcp_events rows of one capture."""
+    rel_seq = (pl.col("seq_u") - pl.col("base")).alias("seq")
+    rel_ack = (pl.col("ack_u") - pl.col("rbase")).alias("ack")
+    parts = []
+    base = ["frame", "ts_ns", "flow", "conn"]
+    parts.append(t.filter(pl.col("dupack")).select(*base, pl.lit("dup_ack").alias("event"), rel_seq, rel_ack,
+                                                   pl.col("dupnum").alias("count"), pl.col("dup_ref").alias("ref_frame")))
+    plain = ~(pl.col("syn") | pl.col("fin") | pl.col("rst"))
+    parts.append(t.filter((pl.col("win") == 0) & plain).select(*base, pl.lit("zero_window").alias("event"), rel_seq,
+                                                               rel_ack))
+    parts.append(t.filter(pl.col("zwp")).select(*base, pl.lit("zero_window_probe").alias("event"), rel_seq, rel_ack))
+    parts.append(t.filter(pl.col("keepalive") & ~pl.col("zwp")).select(*base, pl.lit("keep_alive").alias("event"),
+                                                                      rel_seq, rel_ack))
+    # window full: the segment reaches the right edge of the receiver's last advertised window
+    scale = _scales(t)
+    w = t.select(*base, "dir", "len", "syn", "fin", "rst", "seq_u", "base", "ack_u", "rbase", "win") \
+        .join(scale, on=G, how="left").sort("conn", "frame")
+    w = w.with_columns(_rev("ack_u").alias("_ra"), _rev("win").alias("_rw"))
+    edge = pl.col("_ra") + pl.col("_rw") * pl.col("rscale")
+    parts.append(w.filter((pl.col("len") > 0) & plain & (pl.col("seq_u") + pl.col("len") == edge).fill_null(False))
+                 .select(*base, pl.lit("window_full").alias("event"), rel_seq, rel_ack))
+    del w             # a copy of a dozen of `t`'s columns: freed before the next one is made
+    # out of order: reordering extent = segments (bytes) that arrived before it with a higher sequence number
+    ooo = cand.filter(pl.col("reorder"))
+    if ooo.height:
+        d = t.lazy().filter(pl.col("seg")).select(*G, "frame", "ts_ns", "seq_u", "len").collect() \
+            .sort("conn", "dir", "frame")
+        d = d.with_columns(pl.int_range(pl.len()).over(G).alias("k"), pl.col("len").cum_sum().over(G).alias("cb"),
+                           pl.col("seq_u").cum_max().over(G).alias("cmax"))
+        first_above = d.unique([*G, "cmax"], keep="first", maintain_order=True).select(
+            *G, pl.col("cmax").alias("_cm"), pl.col("k").alias("j"), pl.col("frame").alias("ref_frame"),
+            pl.col("ts_ns").alias("tj"), (pl.col("cb") - pl.col("len")).alias("cbj")).sort("_cm")
+        o = ooo.select(*base, *G[1:], "seq_u", "base", "ack_u", "rbase").join(
+            d.select(*G, "frame", "k", "cb", "len"), on=[*G, "frame"], how="left")
+        o = o.with_columns((pl.col("seq_u") + 1).alias("_q")).sort("_q")
+        del d
+        o = o.join_asof(first_above, left_on="_q", right_on="_cm", by=G, strategy="forward",
+                        check_sortedness=False)
+        del first_above
+        parts.append(o.select(*base, pl.lit("out_of_order").alias("event"), rel_seq, rel_ack, "ref_frame",
+                              (pl.col("k") - pl.col("j")).alias("extent_segments"),
+                              (pl.col("cb") - pl.col("len") - pl.col("cbj")).alias("extent_bytes"),
+                              (pl.col("ts_ns") - pl.col("tj")).alias("extent_ns")))
+    ev = pl.concat(parts, how="diagonal_relaxed")
+    for c in ("count", "ref_frame", "extent_segments", "extent_bytes", "extent_ns"):
+        if c not in ev.columns:
+            ev = ev.with_columns(pl.lit(None, pl.Int64).alias(c))
+    return ev.sort("frame")
+
+
+def _scales(t: pl.DataFrame) -> pl.DataFrame:
+    """Return (conn, dir, rscale): the multiplier of the other direction's window (1 without both options;
+    null when the handshake was not seen, as Wireshark does not judge then)."""
+    s = t.filter(pl.col("syn")).group_by(G).agg(pl.col("tcp_wscale").first().cast(pl.Int64).alias("ws"))
+    both = s.group_by("conn").agg(pl.col("ws").is_not_null().all().alias("both"), pl.len().alias("n"))
+    s = s.join(both, on="conn").filter(pl.col("n") == 2).with_columns(
+        pl.when(pl.col("both")).then(pl.lit(1) * (2 ** pl.col("ws").clip(0, 14))).otherwise(1).alias("rscale"))
+    return s.select("conn", _other(pl.col("dir")).alias("dir"), "rscale")
+
+
+def _finish(cand: pl.DataFrame) -> pl.DataFrame:
+    """Return the retransmissions table from working rows: spurious decision, class, method, confidence."""
+    retx = ~pl.col("netdup") & ~pl.col("reorder")
+    rx_pos = pl.col("ev_rx").fill_null(False)
+    rx_neg = (pl.col("ev_rx") == False).fill_null(False)  # noqa: E712 - null means no receiver capture
+    # strongest evidence first (module doc)
+    spur = pl.when(~retx).then(False).when(rx_pos).then(True).when(pl.col("ev_dsack")).then(True) \
+        .when(rx_neg).then(False).when(pl.col("ev_rxv")).then(True).when(pl.col("ev_eifel")).then(True) \
+        .when(pl.col("ev_acked")).then(True).otherwise(False)
+    smethod = pl.when(rx_pos).then(pl.lit("receiver_capture")).when(pl.col("ev_dsack")).then(pl.lit("dsack")) \
+        .when(rx_neg).then(None).when(pl.col("ev_rxv")).then(pl.lit("receiver_vantage")) \
+        .when(pl.col("ev_eifel")).then(pl.lit("eifel")).when(pl.col("ev_acked")).then(pl.lit("already_acked"))
+    sconf = pl.when(rx_pos).then(0.95).when(pl.col("ev_dsack")).then(0.9).when(pl.col("ev_rxv")).then(0.9) \
+        .when(pl.col("ev_eifel")).then(0.85).when(pl.col("ev_acked")).then(0.8)
+    out = cand.with_columns(spur.alias("spurious"), smethod.alias("_sm"), sconf.alias("_sc"))
+    needed = pl.when(rx_neg).then(pl.lit("receiver_capture: the original never reached the receiver; "))\
+        .when(pl.col("ev_rxv_neg")).then(pl.lit("receiver_vantage: the original never came here; ")).otherwise(pl.lit(""))
+    cls = pl.when(pl.col("netdup")).then(pl.lit("network_duplicate")).when(pl.col("reorder")).then(pl.lit("reorder")) \
+        .when(pl.col("spurious")).then(pl.lit("spurious")).when(pl.col("trigger") == "fast").then(pl.lit("fast")) \
+        .otherwise(pl.lit("rto"))
+    method = pl.when(pl.col("netdup")).then(pl.lit("same IP id, length and TSval seen before here")) \
+        .when(pl.col("reorder")).then(pl.format("{}: sent before the highest segment, first seen here", pl.col("_rm"))) \
+        .when(pl.col("spurious")).then(pl.format("{} (trigger {})", pl.col("_sm"), pl.col("tmethod"))) \
+        .otherwise(needed + pl.col("tmethod"))
+    conf = pl.when(pl.col("netdup")).then(0.9) \
+        .when(pl.col("reorder")).then(pl.when(pl.col("_rm") == "ip_id").then(0.85)
+                                      .when(pl.col("_rm") == "tsval").then(0.8).otherwise(0.5)) \
+        .when(pl.col("spurious")).then(pl.col("_sc")) \
+        .when(rx_neg).then(pl.max_horizontal(pl.col("tconf"), pl.lit(0.9))).otherwise(pl.col("tconf"))
+    ev_cap = pl.when(pl.col("spurious") & rx_pos | rx_neg & ~pl.col("spurious")).then(pl.col("rx_capture"))
+    ev_frame = pl.when(pl.col("netdup") | pl.col("reorder")).then(pl.col("o_frame").fill_null(pl.col("nxt_frame"))) \
+        .when(pl.col("spurious") & rx_pos).then(pl.col("rx_frame")) \
+        .when(pl.col("spurious") & (pl.col("_sm") == "dsack")).then(pl.col("dsack_frame")) \
+        .when(pl.col("spurious") & (pl.col("_sm") == "eifel")).then(pl.col("ack_frame")) \
+        .when(pl.col("spurious")).then(pl.col("o_frame"))
+    out = out.with_columns(cls.alias("class"), method.alias("method"), conf.alias("confidence"),
+                           ev_cap.alias("evidence_capture"), ev_frame.alias("evidence_frame"),
+                           (pl.col("seq_u") - pl.col("base")).alias("seq"), pl.col("tcp_seq").alias("seq_raw"),
+                           pl.col("o_frame").alias("original_frame"), pl.col("o_ts").alias("original_ts_ns"),
+                           pl.col("silence").alias("silence_ns"), pl.col("rto_est").alias("rto_estimate_ns"))
+    for c in ("capture_file", "vantage"):
+        if c not in out.columns:
+            out = out.with_columns(pl.lit(None, pl.String).alias(c))
+    return conform(out.sort("frame").select([c.name for c in RETRANSMISSIONS]), RETRANSMISSIONS)
+
+
+def classify(df: pl.DataFrame, capture_file: str | None = None, vantage: str | None = None
+             ) -> dict[str, pl.DataFrame]:
+    """Return {"retransmissions", "tcp_events"} of one capture's packet table (single-capture evidence)."""
+    if capture_file is not None:
+        df = df.with_columns(pl.lit(capture_file).alias("capture_file"))
+    if vantage is not None:
+        df = df.with_columns(pl.lit(vantage).alias("vantage"))
+    _, cand, ev = _analyze(df)
+    return {"retransmissions": _finish(cand), "tcp_events": _conform_events(ev, capture_file, vantage)}
+
+
+def _conform_events(ev: pl.DataFrame, capture_file: str | None, vantage: str | None) -> pl.DataFrame:
+    ev = ev.with_columns(pl.lit(capture_file, pl.String).alias("capture_file"),
+                         pl.lit(vantage, pl.String).alias("vantage"))
+    return conform(ev.select([c.name for c in TCP_EVENTS if c.name in ev.columns]), TCP_EVENTS)
+
+
+# ------------------------------------------------------------------------------------------------
+# the bundle
+
+def _receiver_evidence(cand: pl.DataFrame, t: pl.DataFrame, rx: list[tuple[str, pl.DataFrame]]) -> pl.DataFrame:
+    """Set ev_rx / rx_capture / rx_frame: did a receiver-side capture see an earlier transmission of the
+    retransmitted bytes (True), or does it cover the time and never saw one (False)?"""
+    return _receiver_evidence_slim(cand, _originals(t, cand), [(n, _rx_rows(r), _rx_span(r)) for n, r in rx])
+
+
+def _originals(t: pl.DataFrame, cand: pl.DataFrame) -> pl.DataFrame:
+    """Return the segments of `t` starting at a candidate's sequence number (its possible originals)."""
+    return t.lazy().filter(pl.col("seg")).select(
+        *G, "seq_u", pl.col("frame").alias("pf"), pl.col("tcp_seq").alias("sr"), pl.col("ip_id").alias("pid"),
+        pl.col("tcp_tsval").alias("pts"), pl.col("idinfo").alias("pinfo")).collect() \
+        .join(cand.select(*G, "seq_u").unique(), on=[*G, "seq_u"], how="semi")
+
+
+def _rx_rows(r: pl.DataFrame) -> pl.DataFrame:
+    """Return a receiver-side capture's segments: identity on the wire, frame and time."""
+    return r.filter(pl.col("seg")).select(*G, pl.col("tcp_seq").alias("sr"), pl.col("ip_id").alias("pid"),
+                                          pl.col("tcp_tsval").alias("pts"), pl.col("frame").alias("rf"),
+                                          pl.col("ts_ns").alias("rts"))
+
+
+def _rx_span(r: pl.DataFrame) -> pl.DataFrame:
+    """Return (conn, dir, r0, r1): when a receiver-side capture saw each direction."""
+    return r.group_by(G).agg(pl.col("ts_ns").min().alias("r0"), pl.col("ts_ns").max().alias("r1"))
+
+
+def _receiver_evidence_slim(cand: pl.DataFrame, orig: pl.DataFrame,
+                            rx: list[tuple[str, pl.DataFrame, pl.DataFrame]]) -> pl.DataFrame:
+    """`_receiver_evidence` from the candidates' possible originals (`_originals`) and, per receiver-side
+    capture, its name, segments (`_rx_rows`) and span (`_rx_span`)."""
+    if not rx or cand.height == 0:
+        return cand
+    c = cand.with_row_index("_c")
+    # every earlier transmission (here) starting at the same sequence number: its identity on the wire
+    prev = c.select("_c", *G, "seq_u", "frame", "ts_ns").join(orig, on=[*G, "seq_u"]) \
+        .filter(pl.col("pf") < pl.col("frame"))
+    found = []
+    cover = []
+    for name, rr, span in rx:
+        by_id = prev.filter(pl.col("pinfo")).join(rr.drop("pts"), on=[*G, "sr", "pid"])
+        by_ts = prev.filter(~pl.col("pinfo") & pl.col("pts").is_not_null()).join(rr.drop("pid"), on=[*G, "sr", "pts"])
+        hit = pl.concat([by_id.select("_c", "rf"), by_ts.select("_c", "rf")])
+        found.append(hit.group_by("_c").agg(pl.col("rf").min()).with_columns(pl.lit(name).alias("rcap")))
+        # identities are usable for this flow (ip ids or timestamps), and the receiver capture spans the
+        # original's send time to well after the retransmission: a missing original is then evidence
+        usable = c.join(span, on=G).filter(
+            (pl.col("idinfo") | pl.col("tcp_tsval").is_not_null()) & pl.col("o_ts").is_not_null()
+            & (pl.col("r0") <= pl.col("o_ts")) & (pl.col("r1") >= pl.col("ts_ns") + INITIAL_RTO_NS))
+        cover.append(usable.select("_c").with_columns(pl.lit(name).alias("ncap")))
+    f = pl.concat(found).sort("rf").unique("_c", keep="first")
+    n = pl.concat(cover).unique("_c", keep="first")
+    c = c.drop("ev_rx", "rx_capture", "rx_frame").join(f, on="_c", how="left").join(n, on="_c", how="left")
+    c = c.with_columns(
+        pl.when(pl.col("rf").is_not_null()).then(True).when(pl.col("ncap").is_not_null()).then(False)
+        .alias("ev_rx"),
+        pl.coalesce("rcap", "ncap").alias("rx_capture"), pl.col("rf").alias("rx_frame"))
+    return c.drop("_c", "rf", "rcap", "ncap")
+
+
+def _compact(df: pl.DataFrame) -> pl.DataFrame:
+    """Return `df` with its strings copied out: rows taken from a large table keep that table's whole string
+    buffers alive (polars' string views share them), a few kept rows would hold every capture's strings."""
+    return df.with_columns(pl.col(pl.String) + "")
+
+
+_MAC_KEY = ("wlan_ta", "wlan_seq", "wlan_frag", "wlan_retry")
+MAC_RETRY_SPAN_NS = 1_000_000_000    # an 802.11 retransmission follows its first attempt within this
+
+
+def _first_attempts(df: pl.DataFrame) -> pl.DataFrame:
+    """Return an air capture's records without 802.11 retransmissions of an MPDU already recorded.
+
+    A MAC retry repeats the same IP packet (same IP id) on the air: it is the link layer's
+    retransmission, not TCP's and not a network duplicate.  The first attempt the sniffer heard
+    stands for the packet (a later one when the first was missed).
+    """
+    if not set(_MAC_KEY) <= set(df.columns) or df.height == 0:
+        return df
+    key = ["wlan_ta", "wlan_seq", "wlan_frag"]
+    gap = pl.col("ts_ns").diff().over(key, order_by="frame")
+    again = pl.col("wlan_retry").fill_null(False) & pl.col("wlan_seq").is_not_null() & (gap <= MAC_RETRY_SPAN_NS)
+    return df.filter(~again.fill_null(False)).drop(list(_MAC_KEY))
+
+
+def build(tl: Any) -> dict[str, pl.DataFrame]:
+    """Return the timeline's retransmissions and tcp_events tables (all captures, cross-vantage evidence).
+
+    At an air capture only each MPDU's first recorded attempt counts (see `_first_attempts`).
+    """
+    # Per capture only what the cross-capture step reads is kept: the retransmission candidates, their
+    # possible originals, and (receiver-side captures) each segment's identity and the span seen.
+    per: list[tuple[str, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
+    # the capture's file, vantage and kind are the same on every row: added to the few candidate rows
+    # only, not carried as three string columns through every step over all of its TCP rows
+    want = [*NEEDS, "flow", "conn", "dir"]
+    for e in tl.entries("wired") + tl.entries("air"):
+        if "tcp_seq" not in tl.columns(e):
+            continue
+        # the packet table lives only while `prepare` reads it: passed on without a name here, so that
+        # `prepare` frees it once it has its rows instead of holding it through all its window functions
+        cols = want + (list(_MAC_KEY) if e.kind == "air" else [])
+        t = prepare(_first_attempts(tl.packets(e, columns=cols)) if e.kind == "air" else tl.packets(e, columns=cols))
+        if t.height == 0 and tl.packets(e, columns=["frame"]).height == 0:
+            continue
+        t, cand, ev = _analyze_prepared(t, e.kind)
+        cand = cand.with_columns(pl.lit(e.file, pl.String).alias("capture_file"),
+                                 pl.lit(e.vantage, pl.String).alias("vantage"), pl.lit(e.kind, pl.String).alias("kind"))
+        rside = t.filter(pl.col("side") == "receiver") if e.kind != "air" else t.clear()
+        per.append(tuple(_compact(x) if isinstance(x, pl.DataFrame) else x for x in (
+            e.file, cand, _conform_events(ev, e.file, e.vantage), _originals(t, cand), _rx_rows(rside),
+            _rx_span(rside) if rside.height else rside)))
+        del t, rside, cand, ev
+    rets, evs = [], []
+    for name, cand, ev, orig, _, _ in per:
+        # receiver-side captures of the other files, per direction of each connection
+        rx = [(other, rows, span) for other, _, _, _, rows, span in per if other != name and span.height]
+        rets.append(_finish(_receiver_evidence_slim(cand, orig, rx)))
+        evs.append(ev)
+    ret = pl.concat(rets) if rets else None
+    ev = pl.concat(evs) if evs else None
+    return {"retransmissions": conform(ret, RETRANSMISSIONS), "tcp_events": conform(ev, TCP_EVENTS)}

@@ -1,0 +1,879 @@
+"""The `xlayer report` page: one self-contained HTML file (Bokeh, works offline) showing a bundle and its incidents.
+
+Panels share one time axis (UTC on the bundle's reference clock) and each shades every incident
+window: goodput per flow; PHY rate, MAC retry fraction, airtime share and RSSI per station; AP
+queue sojourn and drops; TCP retransmissions by class; and, from host TCP samples, cwnd and
+srtt/rto with the flow's one-way delay beside rto (a delay above the RTO means a spurious timeout).
+A panel with no data for the bundle is left out and the page says why.  Tables list the incidents
+with their evidence, the flows, the clock alignment and the bundle's tags.
+
+Every text that may come from a capture or a manifest (SSIDs, station, flow and file names,
+notes, tags) is HTML-escaped before it reaches the page; plot text is drawn on a canvas by Bokeh.
+Long series are binned (percentiles per bin for queue sojourn, maximum per bin for one-way delay)
+so no glyph holds more than `MAX_POINTS` points and a million-packet bundle gives a page of a few MB.
+"""
+from __future__ import annotations
+
+import html
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from xlayer.attribution.incidents import Analysis, Incident
+
+NS = 1_000_000_000
+MAX_POINTS = 20_000          # per glyph: the browser stays responsive, the page stays a few MB
+MAX_SERIES = 10              # lines per panel (largest first); the rest are named in a note
+PANEL_HEIGHT = 230
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+           "#bcbd22", "#17becf")
+CAUSE_COLORS = {"mac_retries": "#d62728", "rate_change": "#ff7f0e", "performance_anomaly": "#9467bd",
+                "ap_queue_overflow": "#8c564b", "spurious_rto": "#e377c2", "fragmentation": "#bcbd22",
+                "rts_overhead": "#17becf", "interference": "#7f7f7f", "host_limited": "#2ca02c",
+                "handoff": "#1f77b4"}
+RETRANS_COLORS = {"rto": "#d62728", "spurious": "#e377c2", "fast": "#ff7f0e", "reorder": "#2ca02c",
+                  "network_duplicate": "#7f7f7f"}
+
+# Panel keys in page order, with their titles (the test checks these titles are drawn).
+PANELS: dict[str, str] = {
+    "goodput": "Goodput per flow",
+    "phy_rate": "PHY rate per station (AP to station data)",
+    "retry": "MAC retry fraction per station",
+    "airtime": "Airtime share per station",
+    "rssi": "Signal strength (RSSI) per station",
+    "sojourn": "AP queue: sojourn time and drops",
+    "retrans": "TCP retransmissions by class",
+    "cwnd": "Congestion window (host samples)",
+    "rto": "RTO and sRTT (host samples) beside the one-way delay",
+}
+
+
+class _NoData(Exception):
+    """A panel has nothing to draw for this bundle; the message says why (shown on the page)."""
+
+
+@dataclass
+class Report:
+    """What build_report wrote: the panels drawn, those left out (title: why), and the page size."""
+
+    path: Path
+    panels: list[str]
+    omitted: dict[str, str]
+    size_bytes: int
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Ctx:
+    """What every panel needs: the timeline, the shared x range, and where the data lies in time."""
+
+    tl: Any
+    x_range: Any
+    incidents: list[Incident]
+    t_min: float = math.inf            # ms, extent of everything drawn
+    t_max: float = -math.inf
+    notes: list[str] = field(default_factory=list)
+
+    def extent(self, x_ms: np.ndarray) -> None:
+        x = x_ms[np.isfinite(x_ms)]
+        if len(x):
+            self.t_min = min(self.t_min, float(x.min()))
+            self.t_max = max(self.t_max, float(x.max()))
+
+
+# ---------------------------------------------------------------------------------------------
+# text
+
+
+def esc(s: object) -> str:
+    """Return text safe to place in HTML (element content or a quoted attribute)."""
+    return html.escape("" if s is None else str(s), quote=True)
+
+
+def _utc(ns: int | float | None, ms: bool = True) -> str:
+    if ns is None:
+        return "-"
+    t = datetime.fromtimestamp(ns / NS, tz=timezone.utc)
+    return t.strftime("%Y-%m-%d %H:%M:%S") + (f".{t.microsecond // 1000:03d}" if ms else "")
+
+
+def _num(v: Any) -> str:
+    """Return a number written for a person (3 significant digits, thousands separated)."""
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        if v != 0 and (abs(v) >= 1e6 or abs(v) < 1e-3):
+            return f"{v:.3g}"
+        return f"{v:,.3f}".rstrip("0").rstrip(".") if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def _value(key: str, v: Any) -> str:
+    """Return one named value written for a person: bit/s as Mbit/s, ns as ms, epoch seconds as UTC time."""
+    k = str(key)
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        if k.endswith("_bps"):
+            return f"{v / 1e6:.3g} Mbit/s"
+        if k.endswith("_ns") and abs(v) < 1e12:
+            return f"{v / 1e6:.3g} ms"
+        if (k in ("start", "end", "first", "last") or k.endswith(("_s", "_time"))) and 1e9 <= v < 1e10:
+            return _utc(v * NS)
+    return _flat(v)
+
+
+def _flat(v: Any, depth: int = 0) -> str:
+    """Return a dict/list/scalar as one line of plain text (numbers formatted)."""
+    if isinstance(v, dict):
+        if depth > 2:
+            return "{…}"
+        return "; ".join(f"{k}: {_value(k, x) if not isinstance(x, (dict, list)) else _flat(x, depth + 1)}"
+                         for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_flat(x, depth + 1) for x in v)
+    return _num(v)
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], cls: str = "") -> str:
+    """Return an HTML table; cells must already be HTML (escaped), headers are escaped here."""
+    th = "".join(f"<th>{esc(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return f'<table class="{esc(cls)}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+
+
+# ---------------------------------------------------------------------------------------------
+# data helpers
+
+
+def _width(span_ns: int, base_ns: int, max_points: int) -> int:
+    """Return a bin width (a multiple of base_ns) giving at most max_points bins over span_ns."""
+    base_ns = max(int(base_ns), 1)
+    k = max(1, math.ceil(max(span_ns, 1) / (base_ns * max_points)))
+    return base_ns * k
+
+
+def _ms(ns: np.ndarray) -> np.ndarray:
+    return np.asarray(ns, dtype=np.float64) / 1e6
+
+
+def _gapped(x_ns: np.ndarray, y: np.ndarray, gap_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return x (ms) and y with NaN inserted where consecutive points are over gap_ns apart (a line break)."""
+    x_ns = np.asarray(x_ns, dtype=np.int64)
+    y = np.asarray(y, dtype=np.float64)
+    if len(x_ns) < 2:
+        return _ms(x_ns), y
+    cut = np.nonzero(np.diff(x_ns) > gap_ns)[0] + 1
+    x = _ms(x_ns)
+    return np.insert(x, cut, np.nan), np.insert(y, cut, np.nan)
+
+
+def _thin(x: np.ndarray, y: np.ndarray, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """Return at most max_points points keeping, per slice, the extremes (spikes survive thinning)."""
+    n = len(x)
+    if n <= max_points:
+        return x, y
+    k = math.ceil(n / (max_points // 2))
+    m = n // k * k
+    xs, ys = x[:m].reshape(-1, k), y[:m].reshape(-1, k)
+    yy = np.where(np.isnan(ys), -np.inf, ys)
+    hi = yy.argmax(axis=1)
+    yy = np.where(np.isnan(ys), np.inf, ys)
+    lo = yy.argmin(axis=1)
+    rows = np.arange(len(xs))
+    first, second = np.minimum(lo, hi), np.maximum(lo, hi)
+    keep = np.column_stack([np.ones(len(rows), bool), second != first]).ravel()   # flat slice: one point
+    ox = np.column_stack([xs[rows, first], xs[rows, second]]).ravel()[keep]
+    oy = np.column_stack([ys[rows, first], ys[rows, second]]).ravel()[keep]
+    return np.concatenate([ox, x[m:]]), np.concatenate([oy, y[m:]])
+
+
+def _table_or_empty(tl: Any, name: str) -> pl.DataFrame:
+    try:
+        return tl.table(name)
+    except KeyError:
+        return pl.DataFrame()
+
+
+def _vantage_of(tl: Any, capture_file: str) -> str:
+    for e in tl.bundle.captures:
+        if e.file == capture_file:
+            return e.vantage
+    return capture_file
+
+
+def network_names(tl: Any) -> list[dict[str, Any]]:
+    """Return the networks the air captures announce: SSID, BSSID and how many beacons/probe responses said so."""
+    import parsers
+
+    out = []
+    for e in tl.entries("air"):
+        pk = tl.packets(e)
+        if "wlan_ssid" in pk.columns:
+            df = pk.select("wlan_type", "wlan_subtype", "wlan_ssid", "wlan_bssid")
+        else:
+            # The timeline reads only the columns its modules use: one projected read of the link layer.
+            parts = [c.select("wlan_type", "wlan_subtype", "wlan_ssid", "wlan_bssid") for c in
+                     parsers.iter_tables(tl.bundle.file_path(e), columns=["wlan_type", "wlan_subtype",
+                                                                          "wlan_ssid", "wlan_bssid"])]
+            if not parts:
+                continue
+            df = pl.concat(parts)
+        df = (df.filter((pl.col("wlan_type") == 0) & pl.col("wlan_subtype").is_in([5, 8])
+                        & pl.col("wlan_ssid").is_not_null())
+              .group_by("wlan_ssid", "wlan_bssid").agg(pl.len().alias("frames"))
+              .sort("frames", descending=True))
+        for r in df.iter_rows(named=True):
+            out.append({"ssid": r["wlan_ssid"], "bssid": r["wlan_bssid"], "frames": r["frames"],
+                        "capture_file": e.file})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# figures
+
+
+def _figure(ctx: _Ctx, key: str, y_label: str, title: str | None = None) -> Any:
+    from bokeh.models import DatetimeTickFormatter
+    from bokeh.plotting import figure
+
+    p = figure(title=title or PANELS[key], name=key, x_axis_type="datetime", x_range=ctx.x_range,
+               height=PANEL_HEIGHT, sizing_mode="stretch_width", y_axis_label=y_label,
+               tools="xpan,xwheel_zoom,box_zoom,reset,save", active_drag="xpan", active_scroll="xwheel_zoom",
+               min_border_left=80, min_border_right=110, toolbar_location="right")
+    p.xaxis.formatter = DatetimeTickFormatter(seconds="%H:%M:%S", milliseconds="%H:%M:%S.%3N",
+                                              minsec="%H:%M:%S", minutes="%H:%M", hourmin="%H:%M")
+    p.xaxis.axis_label = "time (UTC, reference clock)"
+    p.xaxis.axis_label_text_font_size = "8pt"
+    p.title.text_font_size = "11pt"
+    return p
+
+
+def _legend(p: Any) -> None:
+    """Move the panel's legend above its frame (it hides no data there, and frames keep one width)."""
+    if not p.legend:
+        return
+    lg = p.legend[0]
+    p.center.remove(lg)
+    lg.orientation = "horizontal"
+    lg.ncols = min(3, len(lg.items))
+    lg.location = "top_left"
+    lg.click_policy = "hide"
+    lg.label_text_font_size = "8pt"
+    lg.glyph_height = lg.glyph_width = 12
+    lg.label_height = 12
+    lg.spacing = 2
+    lg.padding = 2
+    lg.margin = 2
+    lg.border_line_alpha = 0
+    p.add_layout(lg, "above")
+
+
+def _hover(p: Any, renderers: list[Any], y_fmt: str, unit: str) -> None:
+    from bokeh.models import HoverTool
+
+    if renderers:
+        p.add_tools(HoverTool(renderers=renderers, formatters={"@x": "datetime"},
+                              tooltips=[("", "$name"), ("time", "@x{%H:%M:%S.%3N}"),
+                                        ("value", f"@y{{{y_fmt}}} {unit}")]))
+
+
+def _line(ctx: _Ctx, p: Any, x_ns: np.ndarray, y: np.ndarray, label: str, color: str, gap_ns: int,
+          **kw: Any) -> Any:
+    from bokeh.models import ColumnDataSource
+
+    x, yy = _gapped(x_ns, y, gap_ns)
+    x, yy = _thin(x, yy)
+    ctx.extent(x)
+    src = ColumnDataSource({"x": x, "y": yy})
+    kw.setdefault("line_width", 1.6)
+    return p.line("x", "y", source=src, color=color, legend_label=label, name=label, **kw)
+
+
+def _shade(ctx: _Ctx, p: Any, label: bool) -> None:
+    """Shade every incident window on a panel (and number them on the first panel)."""
+    from bokeh.models import BoxAnnotation, Label
+
+    for i, inc in enumerate(ctx.incidents, 1):
+        color = CAUSE_COLORS.get(inc.cause or "", "#999999")
+        p.add_layout(BoxAnnotation(left=inc.start_ns / 1e6, right=inc.end_ns / 1e6, fill_color=color,
+                                   fill_alpha=0.13, line_color=color, line_alpha=0.5, line_width=1))
+        if label:
+            p.add_layout(Label(x=inc.start_ns / 1e6, y=4, y_units="screen", x_offset=3,
+                               text=f"#{i} {inc.cause or 'unexplained'}", text_font_size="8pt",
+                               text_color=color))
+
+
+# ---------------------------------------------------------------------------------------------
+# panels
+
+
+def _panel_goodput(ctx: _Ctx) -> Any:
+    fs = _table_or_empty(ctx.tl, "flow_series")
+    if fs.is_empty():
+        raise _NoData("no flow carried IP packets in any capture")
+    # One capture per flow, the one that saw the most new payload (where the flow is best seen).
+    tot = (fs.group_by("flow", "capture_file", "vantage").agg(pl.col("goodput_bytes").sum().alias("g"))
+           .sort(["flow", "g"], descending=[False, True]).unique("flow", keep="first", maintain_order=True)
+           .sort("g", descending=True))
+    top = float(tot["g"].max() or 0)
+    if top <= 0:
+        raise _NoData("no flow carried payload (goodput is zero everywhere)")
+    keep = tot.filter(pl.col("g") >= 0.01 * top)
+    if keep.height > MAX_SERIES:
+        ctx.notes.append(f"goodput panel: {keep.height - MAX_SERIES} smaller flows not drawn")
+        keep = keep.head(MAX_SERIES)
+    bin_ns = int(fs["bin_ns"].max() or ctx.tl.bin_ns)
+    p = _figure(ctx, "goodput", "Mbit/s")
+    rs = []
+    for i, r in enumerate(keep.iter_rows(named=True)):
+        s = (fs.filter((pl.col("flow") == r["flow"]) & (pl.col("capture_file") == r["capture_file"]))
+             .sort("bin_start_ns"))
+        span = int(s["bin_start_ns"].max() - s["bin_start_ns"].min())
+        w = _width(span, bin_ns, MAX_POINTS)
+        if w > bin_ns:
+            # Equal-width bins with empty ones as zeros: the coarse bin's goodput is their mean.
+            s = (s.with_columns((pl.col("bin_start_ns") // w * w).alias("bin_start_ns"))
+                 .group_by("bin_start_ns").agg(pl.col("goodput_bps").mean()).sort("bin_start_ns"))
+        x = s["bin_start_ns"].to_numpy() + w // 2
+        rs.append(_line(ctx, p, x, s["goodput_bps"].to_numpy() / 1e6, f"{r['flow']} @ {r['vantage']}",
+                        PALETTE[i % len(PALETTE)], gap_ns=20 * NS))
+    _hover(p, rs, "0.00", "Mbit/s")
+    p.y_range.start = 0
+    return p
+
+
+def _stations(ctx: _Ctx) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Return station_series and the stations drawn (largest first) with their labels; raise _NoData."""
+    if not ctx.tl.entries("air"):
+        raise _NoData("the bundle has no air (802.11 radio) capture")
+    ss = _table_or_empty(ctx.tl, "station_series")
+    if ss.is_empty():
+        raise _NoData("no station exchanged frames with an AP in the air capture(s)")
+    many = ss["capture_file"].n_unique() > 1
+    who = (ss.group_by("capture_file", "station").agg(pl.col("frames").sum().alias("n"))
+           .sort(["n", "station"], descending=[True, False]))
+    if who.height > MAX_SERIES:
+        ctx.notes.append(f"station panels: {who.height - MAX_SERIES} stations with fewer frames not drawn")
+        who = who.head(MAX_SERIES)
+    labels = [f"{st} @ {_vantage_of(ctx.tl, f)}" if many else st
+              for f, st in zip(who["capture_file"].to_list(), who["station"].to_list())]
+    return ss, who.with_columns(pl.Series("label", labels, pl.String))
+
+
+def _station_panel(ctx: _Ctx, key: str, col: str, y_label: str, scale: float, how: str, fmt: str,
+                   unit: str, empty: str) -> Any:
+    ss, who = _stations(ctx)
+    base = ctx.tl.bin_ns
+    p = _figure(ctx, key, y_label)
+    rs = []
+    for i, r in enumerate(who.iter_rows(named=True)):
+        s = (ss.filter((pl.col("capture_file") == r["capture_file"]) & (pl.col("station") == r["station"])
+                       & pl.col(col).is_not_null() & pl.col(col).is_not_nan())
+             .sort("bin_start_ns"))
+        if s.is_empty():
+            continue
+        span = int(s["bin_start_ns"].max() - s["bin_start_ns"].min())
+        w = _width(span, base, MAX_POINTS)
+        if w > base:
+            agg = pl.col(col).median() if how == "median" else pl.col(col).mean()
+            s = (s.with_columns((pl.col("bin_start_ns") // w * w).alias("bin_start_ns"))
+                 .group_by("bin_start_ns").agg(agg).sort("bin_start_ns"))
+        x = s["bin_start_ns"].to_numpy() + w // 2
+        rs.append(_line(ctx, p, x, s[col].to_numpy() * scale, r["label"], PALETTE[i % len(PALETTE)],
+                        gap_ns=max(5 * w, 2 * NS)))
+    if not rs:
+        raise _NoData(empty)
+    _hover(p, rs, fmt, unit)
+    return p
+
+
+def _panel_sojourn(ctx: _Ctx) -> Any:
+    from bokeh.models import ColumnDataSource, LinearAxis, Range1d
+
+    dl = _table_or_empty(ctx.tl, "downlink")
+    if dl.is_empty():
+        raise _NoData("no downlink packet could be followed from the AP's wired side to the air "
+                      "(the bundle needs the AP's wired capture and an air capture)")
+    soj = dl.filter(pl.col("sojourn_ns").is_not_null())
+    lost = dl.filter(pl.col("fate").is_in(["dropped_at_ap", "air_unacked"]))
+    if soj.is_empty() and lost.is_empty():
+        raise _NoData("no downlink packet has a queueing time or a drop at the AP")
+    t = dl["ts_ns"].drop_nulls()
+    span = int(t.max() - t.min()) if len(t) else 0
+    w = _width(span, ctx.tl.bin_ns, 5000)
+    title = PANELS["sojourn"]
+    n_drop = int((lost["fate"] == "dropped_at_ap").sum())
+    title += (f" ({n_drop:,} of {dl.height:,} downlink packets dropped at the AP)" if n_drop
+              else f" (none of {dl.height:,} downlink packets dropped at the AP)")
+    p = _figure(ctx, "sojourn", "sojourn (ms)", title)
+    rs = []
+    if not soj.is_empty():
+        b = (soj.with_columns((pl.col("ts_ns") // w * w).alias("b"))
+             .group_by("b").agg(pl.col("sojourn_ns").quantile(0.5, "nearest").alias("p50"),
+                                pl.col("sojourn_ns").quantile(0.95, "nearest").alias("p95"),
+                                pl.col("sojourn_ns").max().alias("max"))
+             .sort("b"))
+        x = b["b"].to_numpy() + w // 2
+        for col, color, label, dash in (("max", "#bbbbbb", "max", "dotted"), ("p95", "#d62728", "p95", "solid"),
+                                        ("p50", "#1f77b4", "median", "solid")):
+            rs.append(_line(ctx, p, x, b[col].to_numpy() / 1e6, f"sojourn {label} per {w / 1e6:g} ms bin", color,
+                            gap_ns=max(5 * w, 2 * NS), line_dash=dash))
+    if not lost.is_empty():
+        d = (lost.with_columns((pl.col("ts_ns") // w * w).alias("b"))
+             .group_by("b").agg((pl.col("fate") == "dropped_at_ap").sum().alias("dropped_at_ap"),
+                                (pl.col("fate") == "air_unacked").sum().alias("air_unacked"))
+             .sort("b"))
+        top = max(int(d["dropped_at_ap"].max() or 0), int(d["air_unacked"].max() or 0), 1)
+        p.extra_y_ranges = {"drops": Range1d(0, top * 1.15)}
+        p.add_layout(LinearAxis(y_range_name="drops", axis_label="packets per bin"), "right")
+        x = _ms(d["b"].to_numpy() + w // 2)
+        ctx.extent(x)
+        for col, color, label in (("dropped_at_ap", "#8c564b", "dropped at the AP"),
+                                  ("air_unacked", "#ff7f0e", "failed on the air (never ACKed)")):
+            if int(d[col].sum()):
+                src = ColumnDataSource({"x": x, "y": d[col].to_numpy().astype(np.float64)})
+                rs.append(p.vbar(x="x", top="y", width=w / 1e6 * 0.9, source=src, color=color, alpha=0.7,
+                                 legend_label=f"{label} per bin", name=label, y_range_name="drops"))
+    _hover(p, rs, "0.0", "")
+    p.y_range.start = 0
+    return p
+
+
+def _nearest_sender(ctx: _Ctx, rt: pl.DataFrame) -> pl.DataFrame:
+    """Return the retransmissions of each flow counted at one capture: the sender-side one the flow passes first."""
+    # Upstream order comes from the one-way delay pairs (a capture with fewer captures upstream of it
+    # for the flow is nearer the sender); first-packet time breaks ties, alignment error and all.
+    owd = _table_or_empty(ctx.tl, "owd")
+    if not owd.is_empty():
+        up = (owd.select("flow", "capture_file_a", "capture_file_b").unique()
+              .group_by("flow", "capture_file_b").agg(pl.len().alias("upstream"))
+              .rename({"capture_file_b": "capture_file"}))
+    else:
+        up = pl.DataFrame(schema={"flow": pl.String, "capture_file": pl.String, "upstream": pl.UInt32})
+    flows = _table_or_empty(ctx.tl, "flows")
+    first = (flows.select("flow", "capture_file", "first_ts_ns") if not flows.is_empty()
+             else pl.DataFrame(schema={"flow": pl.String, "capture_file": pl.String, "first_ts_ns": pl.Int64}))
+    per = (rt.group_by("flow", "capture_file")
+           .agg((pl.col("side") == "sender").sum().alias("sender"), pl.len().alias("n"))
+           .join(up, on=["flow", "capture_file"], how="left")
+           .join(first, on=["flow", "capture_file"], how="left")
+           .with_columns(pl.col("upstream").fill_null(0), pl.col("first_ts_ns").fill_null(np.iinfo(np.int64).max))
+           .with_columns((pl.col("sender") > 0).alias("sender"))
+           .sort(["flow", "sender", "upstream", "first_ts_ns", "n"], descending=[False, True, False, False, True])
+           .unique("flow", keep="first", maintain_order=True))
+    return rt.join(per.select("flow", "capture_file"), on=["flow", "capture_file"], how="semi")
+
+
+def _panel_retrans(ctx: _Ctx) -> Any:
+    from bokeh.models import ColumnDataSource
+
+    rt = _table_or_empty(ctx.tl, "retransmissions")
+    if rt.is_empty():
+        raise _NoData("no TCP segment was retransmitted in any capture")
+    rt = _nearest_sender(ctx, rt)
+    span = int(rt["ts_ns"].max() - rt["ts_ns"].min())
+    w = _width(span, ctx.tl.bin_ns, 2000)
+    classes = [c for c in RETRANS_COLORS if c in set(rt["class"].to_list())]
+    classes += sorted(set(rt["class"].drop_nulls().to_list()) - set(classes))
+    b = (rt.with_columns((pl.col("ts_ns") // w * w).alias("b"))
+         .group_by("b").agg([(pl.col("class") == c).sum().cast(pl.Float64).alias(c) for c in classes]).sort("b"))
+    x = _ms(b["b"].to_numpy() + w // 2)
+    ctx.extent(x)
+    data = {"x": x, **{c: b[c].to_numpy() for c in classes}}
+    counted = ", ".join(sorted(set(rt["capture_file"].to_list())))
+    p = _figure(ctx, "retrans", f"segments per {w / 1e6:g} ms",
+                f"{PANELS['retrans']} ({rt.height:,} segments, counted at the capture nearest each sender: {counted})")
+    rs = p.vbar_stack(classes, x="x", width=w / 1e6 * 0.9, source=ColumnDataSource(data),
+                      color=[RETRANS_COLORS.get(c, "#333333") for c in classes], legend_label=classes,
+                      name=classes)
+    from bokeh.models import HoverTool
+
+    p.add_tools(HoverTool(renderers=rs, formatters={"@x": "datetime"},
+                          tooltips=[("class", "$name"), ("time", "@x{%H:%M:%S.%3N}"), ("segments", "@$name")]))
+    p.y_range.start = 0
+    return p
+
+
+def _sockets(ctx: _Ctx) -> tuple[pl.DataFrame, list[tuple[str, str]]]:
+    hs = ctx.tl.host_state()
+    if hs.is_empty():
+        raise _NoData("the bundle has no host TCP state samples (a tcp_state capture)")
+    hs = _table_or_empty(ctx.tl, "host_state")
+    if hs.is_empty() or "flow" not in hs.columns:
+        raise _NoData("no host TCP state sample could be tied to a flow")
+    socks = (hs.filter(pl.col("flow").is_not_null()).group_by("vantage", "flow").agg(pl.len().alias("n"))
+             .sort(["n", "flow"], descending=[True, False]))
+    pairs = [(r["vantage"], r["flow"]) for r in socks.iter_rows(named=True)]
+    if len(pairs) > 4:
+        ctx.notes.append(f"host panels: {len(pairs) - 4} sockets with fewer samples not drawn")
+    return hs, pairs[:4]
+
+
+def _host_line(ctx: _Ctx, p: Any, s: pl.DataFrame, col: str, scale: float, label: str, color: str,
+               **kw: Any) -> Any | None:
+    s = s.filter(pl.col(col).is_not_null()).sort("ts_ns")
+    if s.is_empty():
+        return None
+    t = s["ts_ns"].to_numpy()
+    gap = int(np.median(np.diff(t)) * 20) if len(t) > 2 else 10 * NS
+    return _line(ctx, p, t, s[col].to_numpy().astype(np.float64) * scale, label, color, gap_ns=max(gap, NS), **kw)
+
+
+def _panel_cwnd(ctx: _Ctx) -> Any:
+    hs, pairs = _sockets(ctx)
+    p = _figure(ctx, "cwnd", "segments")
+    rs = []
+    for i, (v, f) in enumerate(pairs):
+        s = hs.filter((pl.col("vantage") == v) & (pl.col("flow") == f))
+        r = _host_line(ctx, p, s, "cwnd", 1.0, f"cwnd {f} @ {v}", PALETTE[i % len(PALETTE)])
+        if r is not None:
+            rs.append(r)
+        th = s.filter(pl.col("ssthresh").is_not_null())["ssthresh"]
+        if len(th) and int(th.max()) < 1_000_000:      # Linux's "infinite" initial ssthresh is not drawn
+            r = _host_line(ctx, p, s, "ssthresh", 1.0, f"ssthresh {f} @ {v}", PALETTE[i % len(PALETTE)],
+                           line_dash="dashed", line_alpha=0.6)
+            if r is not None:
+                rs.append(r)
+    if not rs:
+        raise _NoData("the host samples carry no congestion window")
+    _hover(p, rs, "0", "segments")
+    p.y_range.start = 0
+    return p
+
+
+def _owd_for(ctx: _Ctx, flow: str, vantage: str) -> tuple[pl.DataFrame, str] | None:
+    """Return a host's flow's one-way delay per packet from that host to the farthest capture, and the path.
+
+    The owd table pairs captures hop by hop (or every pair); from the host's capture (else the flow's
+    first) the path follows, at each capture, the nearest next one (smallest median delay), up to the
+    last capture that is not an air sniffer; a packet's delay is the direct pair's, else the sum over
+    the hops it was seen at, joined by frame numbers.
+    """
+    owd = _table_or_empty(ctx.tl, "owd")
+    if owd.is_empty():
+        return None
+    o = owd.filter((pl.col("flow") == flow) & pl.col("owd_ns").is_not_null())
+    if o.is_empty():
+        return None
+    pairs = (o.group_by("capture_file_a", "capture_file_b", "vantage_a", "vantage_b")
+             .agg(pl.col("owd_ns").median().alias("m")).sort("m"))
+    heads = pairs.filter(pl.col("vantage_a") == vantage)
+    if heads.is_empty():
+        # No capture at the host: start where nothing is upstream of the flow.
+        heads = pairs.filter(~pl.col("capture_file_a").is_in(pairs["capture_file_b"].implode()))
+        if heads.is_empty():
+            heads = pairs
+    hop = heads.row(0, named=True)
+    path, seen = [hop], {hop["capture_file_a"], hop["capture_file_b"]}
+    while True:
+        nxt = pairs.filter((pl.col("capture_file_a") == path[-1]["capture_file_b"])
+                           & ~pl.col("capture_file_b").is_in(list(seen)))
+        if nxt.is_empty() or len(path) > 8:
+            break
+        path.append(nxt.row(0, named=True))
+        seen.add(path[-1]["capture_file_b"])
+    # End at the last capture on the path that is not a passive air sniffer (the receiver's own view
+    # is the delay TCP meets), and take the direct pair when the table has it.
+    kind = {e.file: e.kind for e in ctx.tl.bundle.captures}
+    ends = [i for i, h in enumerate(path) if kind.get(h["capture_file_b"]) != "air"]
+    if ends:
+        path = path[:ends[-1] + 1]
+    direct = pairs.filter((pl.col("capture_file_a") == path[0]["capture_file_a"])
+                          & (pl.col("capture_file_b") == path[-1]["capture_file_b"]))
+    if len(path) > 1 and not direct.is_empty():
+        path = [direct.row(0, named=True)]
+    cur = None
+    for h in path:
+        rows = o.filter((pl.col("capture_file_a") == h["capture_file_a"])
+                        & (pl.col("capture_file_b") == h["capture_file_b"]))
+        if cur is None:
+            cur = rows.select("ts_ns", "owd_ns", pl.col("frame_b").alias("frame"))
+        else:
+            hop = rows.select(pl.col("frame_a").alias("frame"), pl.col("frame_b"), pl.col("owd_ns").alias("d"))
+            cur = (cur.join(hop, on="frame", how="inner")
+                   .select("ts_ns", (pl.col("owd_ns") + pl.col("d")).alias("owd_ns"), pl.col("frame_b").alias("frame")))
+    names = [path[0]["vantage_a"]] + [h["vantage_b"] for h in path]
+    where = f"{names[0]} to {names[-1]}" + (f" (via {', '.join(names[1:-1])})" if len(names) > 2 else "")
+    return cur.select("ts_ns", "owd_ns"), where
+
+
+def _panel_rto(ctx: _Ctx) -> Any:
+    from bokeh.models import ColumnDataSource
+
+    hs, pairs = _sockets(ctx)
+    p = _figure(ctx, "rto", "ms")
+    rs = []
+    no_owd = []
+    for i, (v, f) in enumerate(pairs):
+        color = PALETTE[i % len(PALETTE)]
+        s = hs.filter((pl.col("vantage") == v) & (pl.col("flow") == f))
+        for col, label, kw in (("rto_us", "rto", {"line_width": 2.2}), ("srtt_us", "srtt", {"line_dash": "dashed"})):
+            r = _host_line(ctx, p, s, col, 1e-3, f"{label} {f} @ {v}", color, **kw)
+            if r is not None:
+                rs.append(r)
+        got = _owd_for(ctx, f, v)
+        if got is None:
+            no_owd.append(f)
+            continue
+        o, where = got
+        o = o.filter(pl.col("owd_ns").is_not_null()).sort("ts_ns")
+        label = f"one-way delay {where}"
+        if o.height > MAX_POINTS:
+            # The largest delay of a bin is what meets the RTO: keep the maximum per bin.
+            span = int(o["ts_ns"].max() - o["ts_ns"].min())
+            w = _width(span, 1_000_000, MAX_POINTS)
+            o = (o.with_columns((pl.col("ts_ns") // w * w + w // 2).alias("ts_ns"))
+                 .group_by("ts_ns").agg(pl.col("owd_ns").max()).sort("ts_ns"))
+            label += f" (max per {w / 1e6:g} ms)"
+        x = _ms(o["ts_ns"].to_numpy())
+        ctx.extent(x)
+        src = ColumnDataSource({"x": x, "y": o["owd_ns"].to_numpy() / 1e6})
+        rs.append(p.scatter("x", "y", source=src, size=2.5, color="#555555" if i == 0 else color, alpha=0.6,
+                            legend_label=label, name=label))
+    if not rs:
+        raise _NoData("the host samples carry no rto or srtt")
+    if no_owd:
+        ctx.notes.append("rto panel: no one-way delay for " + ", ".join(no_owd)
+                         + " (the flow was not seen at two aligned captures)")
+    _hover(p, rs, "0.0", "ms")
+    p.y_range.start = 0
+    # Before the first RTT sample the RTO is 1-3 s; let the range fit what follows (reset keeps it, zoom out shows all).
+    ys = [np.asarray(r.data_source.data["y"], dtype=np.float64) for r in rs]
+    ys = [y[np.isfinite(y)] for y in ys]
+    ys = [y for y in ys if len(y)]
+    if ys:
+        top = max(float(np.quantile(y, 0.98)) for y in ys)
+        peak = max(float(y.max()) for y in ys)
+        owd_peak = max((float(np.nanmax(r.data_source.data["y"])) for r in rs
+                        if r.glyph.__class__.__name__ == "Scatter"), default=0.0)
+        end = max(top, owd_peak) * 1.15
+        if 0 < end < peak:
+            p.y_range.end = end
+    return p
+
+
+def _panels(ctx: _Ctx) -> list[tuple[str, Callable[[], Any]]]:
+    return [
+        ("goodput", lambda: _panel_goodput(ctx)),
+        ("phy_rate", lambda: _station_panel(ctx, "phy_rate", "phy_rate_mbps", "Mbit/s", 1.0, "mean", "0.0", "Mbit/s",
+                                            "no data frame from the AP to a station carried a PHY rate")),
+        ("retry", lambda: _station_panel(ctx, "retry", "retry_fraction", "fraction retried", 1.0, "mean", "0.00", "",
+                                         "no station sent or received data frames")),
+        ("airtime", lambda: _station_panel(ctx, "airtime", "airtime_share", "share of the air", 1.0, "mean", "0.00", "",
+                                           "no airtime could be computed")),
+        ("rssi", lambda: _station_panel(ctx, "rssi", "signal_dbm", "dBm", 1.0, "median", "0", "dBm",
+                                        "the radio headers carry no signal strength of the stations' frames")),
+        ("sojourn", lambda: _panel_sojourn(ctx)),
+        ("retrans", lambda: _panel_retrans(ctx)),
+        ("cwnd", lambda: _panel_cwnd(ctx)),
+        ("rto", lambda: _panel_rto(ctx)),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# tables
+
+
+def _frames_html(frames: Sequence[Any], limit: int = 6) -> str:
+    out = [f"{esc(f.capture_file)} #{int(f.frame)} <span class=dim>{esc(f.what)}</span>" for f in frames[:limit]]
+    if len(frames) > limit:
+        out.append(f"<span class=dim>… {len(frames) - limit} more</span>")
+    return "<br>".join(out)
+
+
+def _incidents_html(analysis: Analysis, t0_ns: int | None) -> str:
+    if not analysis.incidents:
+        return "<p>No incident: no flow's goodput fell well below its own baseline.</p>"
+    rows = []
+    for i, inc in enumerate(analysis.incidents, 1):
+        color = CAUSE_COLORS.get(inc.cause or "", "#999999")
+        rel = "" if t0_ns is None else f"<br><span class=dim>+{(inc.start_ns - t0_ns) / NS:.2f} s</span>"
+        others = ", ".join(f"{esc(c.cause)} {c.confidence:.2f}" for c in inc.findings[1:]) or "-"
+        top = inc.findings[0] if inc.findings else None
+        ev = []
+        for c in inc.findings:
+            nums = esc(_flat(c.numbers)) if c.numbers else ""
+            who = ", ".join(esc(x) for x in [*c.stations, *c.flows])
+            ev.append(f"<li><b>{esc(c.cause)}</b> ({c.confidence:.2f}): {esc(c.summary)}"
+                      + (f"<br><span class=dim>{nums}</span>" if nums else "")
+                      + (f"<br><span class=dim>concerns: {who}</span>" if who else "")
+                      + (f"<br>{_frames_html(c.frames)}" if c.frames else "") + "</li>")
+        drop = "".join(f"<li>{esc(k)}: {esc(_value(k, v))}</li>" for k, v in inc.drop.items())
+        detail = (f"<details><summary>{esc(top.summary) if top else 'no cause found evidence'}</summary>"
+                  f"<ul>{''.join(ev)}</ul>" + (f"<p class=dim>drop per flow:</p><ul>{drop}</ul>" if drop else "")
+                  + "</details>")
+        rows.append([f'<span class=swatch style="background:{color}"></span>{i}',
+                     f"{esc(_utc(inc.start_ns))}{rel}",
+                     f"{(inc.end_ns - inc.start_ns) / NS:.2f}",
+                     esc(inc.kind),
+                     f"<b>{esc(inc.cause or 'unexplained')}</b> {inc.confidence:.2f}",
+                     others,
+                     "<br>".join(esc(f) for f in inc.flows),
+                     "<br>".join(esc(s) for s in inc.stations) or "-",
+                     detail])
+    return _table(["#", "start (UTC)", "duration (s)", "kind", "cause (confidence)", "other causes", "flows",
+                   "stations", "evidence"], rows, "incidents")
+
+
+def _generic_html(rows: Sequence[dict[str, Any]], limit: int = 50) -> str:
+    if not rows:
+        return "<p>-</p>"
+    keys: list[str] = []
+    for r in rows:
+        for k in r:
+            if k not in keys:
+                keys.append(k)
+    body = [[esc(_value(k, r.get(k, ""))) for k in keys] for r in rows[:limit]]
+    more = f"<p class=dim>… {len(rows) - limit} more not shown</p>" if len(rows) > limit else ""
+    return _table(keys, body) + more
+
+
+def _alignment_html(tl: Any) -> str:
+    al = tl.alignment
+    rows = []
+    for c in al.captures:
+        rows.append([esc(c.file), esc(c.vantage), esc(c.clock),
+                     "-" if c.offset_s is None else f"{c.offset_s:+.9f}",
+                     "-" if c.skew_ppm is None else f"{c.skew_ppm:+.3f}",
+                     f"{c.matched:,}",
+                     "-" if c.residual_us is None else f"{c.residual_us:.1f}",
+                     esc(c.method), "<br>".join(esc(n) for n in c.notes)])
+    head = (f"<p>Reference: <b>{esc(al.reference)}</b> (clock {esc(al.reference_clock)}); every time on this "
+            "page is on that clock.</p>")
+    return head + _table(["file", "vantage", "clock", "offset (s)", "skew (ppm)", "matched", "residual (µs)",
+                          "method", "notes"], rows)
+
+
+def _header_html(tl: Any, analysis: Analysis, nets: list[dict[str, Any]], t0: int | None, t1: int | None,
+                 title: str) -> str:
+    b = tl.bundle
+    tags = {**b.tags, **(analysis.tags or {})}
+    tag_html = " ".join(f'<span class=tag>{esc(k)}={esc(v)}</span>' for k, v in tags.items()) or "-"
+    if nets:
+        net_html = ", ".join(f"<b class=ssid>{esc(n['ssid'])}</b> <span class=dim>({esc(n['bssid'])}, "
+                             f"{n['frames']:,} frames)</span>" for n in nets[:20])
+        if len(nets) > 20:
+            net_html += f" <span class=dim>… {len(nets) - 20} more</span>"
+    else:
+        net_html = "<span class=dim>none announced (no beacon or probe response captured)</span>"
+    caps = ", ".join(f"{esc(e.file)} <span class=dim>({esc(e.kind)}, {esc(e.vantage)})</span>" for e in b.captures)
+    span = "-" if t0 is None else f"{esc(_utc(t0))} to {esc(_utc(t1))} ({(t1 - t0) / NS:.1f} s)"
+    n = len(analysis.incidents)
+    verdict = (f"{n} incident{'s' if n != 1 else ''}" + (": " + ", ".join(
+        f"#{i} {esc(inc.cause or 'unexplained')}" for i, inc in enumerate(analysis.incidents[:8], 1)) if n else ""))
+    return (f"<h1>{esc(title)}</h1>"
+            f"<table class=meta><tr><th>bundle</th><td>{esc(b.path)}</td></tr>"
+            f"<tr><th>networks (SSID)</th><td>{net_html}</td></tr>"
+            f"<tr><th>captures</th><td>{caps}</td></tr>"
+            f"<tr><th>time span</th><td>{span}</td></tr>"
+            f"<tr><th>tags</th><td>{tag_html}</td></tr>"
+            f"<tr><th>found</th><td><b>{verdict}</b></td></tr></table>")
+
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; font-size: 13px; margin: 12px 18px; color: #222; }
+h1 { font-size: 20px; margin: 4px 0 8px; } h2 { font-size: 16px; margin: 18px 0 6px; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 4px 0; }
+td, th { border: 1px solid #ddd; padding: 3px 6px; vertical-align: top; text-align: left; }
+th { background: #f4f4f4; } table.meta th { width: 130px; } .dim { color: #777; font-size: 12px; }
+.tag { display: inline-block; background: #eef; border-radius: 3px; padding: 0 4px; margin: 1px;
+       font-family: monospace; }
+.ssid { font-family: monospace; } .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
+details summary { cursor: pointer; } ul { margin: 2px 0; padding-left: 18px; } .notes li { color: #555; }
+"""
+
+TEMPLATE = """
+{% block preamble %}<style>{{ css }}</style>{% endblock %}
+{% block contents %}
+{{ header }}
+<h2>Incidents</h2>
+{{ incidents }}
+<h2>Timeline</h2>
+<p class=dim>Shaded: incident windows (colour of their first cause). Drag to pan, wheel to zoom the time axis of every
+panel at once; click a legend entry to hide its line.</p>
+{{ embed(roots.panels) if has_panels }}
+{{ omitted }}
+<h2>Flows</h2>
+{{ flows }}
+<h2>Clock alignment</h2>
+{{ alignment }}
+{{ notes }}
+{% endblock %}
+"""
+
+
+def render_report(tl: Any, analysis: Analysis, *, title: str | None = None,
+                  progress: Callable[[str], None] | None = None) -> tuple[str, list[str], dict[str, str], list[str]]:
+    """Return the page's HTML, the panels drawn, the panels left out (title: why) and notes."""
+    from bokeh.embed import file_html
+    from bokeh.layouts import column
+    from bokeh.models import Range1d
+    from bokeh.resources import INLINE
+
+    step = progress or (lambda s: None)
+    ctx = _Ctx(tl=tl, x_range=Range1d(0, 1), incidents=list(analysis.incidents))
+    step("network names")
+    try:
+        nets = network_names(tl)
+    except Exception as exc:  # noqa: BLE001 - a header detail must not cost the whole page
+        nets = []
+        ctx.notes.append(f"network names could not be read: {type(exc).__name__}: {exc}")
+    figs, drawn, omitted = [], [], {}
+    for key, make in _panels(ctx):
+        step(f"panel: {key}")
+        try:
+            fig = make()
+        except _NoData as why:
+            omitted[PANELS[key]] = str(why)
+            continue
+        figs.append(fig)
+        drawn.append(PANELS[key])
+    for inc in ctx.incidents:
+        ctx.extent(np.array([inc.start_ns / 1e6, inc.end_ns / 1e6]))
+    t0 = t1 = None
+    if math.isfinite(ctx.t_min):
+        pad = max((ctx.t_max - ctx.t_min) * 0.01, 1.0)
+        ctx.x_range.start, ctx.x_range.end = ctx.t_min - pad, ctx.t_max + pad
+        t0, t1 = int(ctx.t_min * 1e6), int(ctx.t_max * 1e6)
+    for i, f in enumerate(figs):
+        _shade(ctx, f, label=i == 0)
+        _legend(f)
+    step("writing page")
+    notes = list(dict.fromkeys(ctx.notes)) + [str(n) for n in analysis.notes]
+    notes += [f"{f}: could not be read: {e}" for f, e in tl.errors.items()]
+    title = title or f"xlayer report: {Path(str(tl.bundle.path or 'bundle')).name}"
+    omitted_html = ("<p><b>Panels left out</b> (no data in this bundle):</p><ul class=notes>"
+                    + "".join(f"<li>{esc(k)}: {esc(v)}</li>" for k, v in omitted.items()) + "</ul>") if omitted else ""
+    notes_html = ("<h2>Notes</h2><ul class=notes>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>"
+                  if notes else "")
+    root = column(*figs, name="panels", sizing_mode="stretch_width") if figs else None
+    if root is None:
+        from bokeh.models import Spacer
+
+        root = Spacer(name="panels", width=1, height=1)
+    page = file_html(root, resources=INLINE, title=title, template=TEMPLATE, template_variables={
+        "css": CSS, "header": _header_html(tl, analysis, nets, t0, t1, title),
+        "incidents": _incidents_html(analysis, t0), "has_panels": True, "omitted": omitted_html,
+        "flows": _generic_html(analysis.flows), "alignment": _alignment_html(tl), "notes": notes_html})
+    return page, drawn, omitted, notes
+
+
+def build_report(tl: Any, analysis: Analysis, path: str | os.PathLike, *, title: str | None = None,
+                 progress: Callable[[str], None] | None = None) -> Report:
+    """Write the bundle's HTML report to path; return what it holds (panels drawn and left out, size)."""
+    page, drawn, omitted, notes = render_report(tl, analysis, title=title, progress=progress)
+    out = Path(path)
+    tmp = out.with_name(out.name + ".part")
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, out)
+    return Report(path=out, panels=drawn, omitted=omitted, size_bytes=out.stat().st_size, notes=notes)

@@ -1,0 +1,142 @@
+"""Run a scenario: child process for ns-3, then captures checked, truth built, bundle written."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import xlayer.testbeds.sim.clocks as _clocks
+from xlayer.testbeds.sim.pcapfile import count_pcap
+from xlayer.testbeds.sim.scenarios import Scenario, check_ssid, get_scenario
+
+# The files of a simulated bundle, by vantage ("tcp": the server's TCP state samples).
+FILES = {
+    "sniffer": "sniffer.pcap",
+    "ap_wired": "ap_wired.pcap",
+    "server": "server.pcap",
+    "client": "client.pcap",
+    "tcp": "server-tcp.jsonl",
+}
+PART = ".part"
+CHILD_TIMEOUT_S = 600
+
+
+class SimError(Exception):
+    """A simulation could not be run or its output failed a check."""
+
+    def __init__(self, msg: str, *, ns3_missing: bool = False) -> None:
+        super().__init__(msg)
+        self.ns3_missing = ns3_missing   # the child could not import ns-3 at all
+
+
+def make_clocks(seed: int) -> dict[str, _clocks.Clock]:
+    """Return the run's clocks by C++ clock name: server (reference), ap, sniffer, client, sniffer TSF."""
+    return {
+        "server": _clocks.random_clock(seed, "server", reference=True),
+        "ap": _clocks.random_clock(seed, "ap"),
+        "sniffer": _clocks.random_clock(seed, "sniffer"),
+        "client": _clocks.random_clock(seed, "client"),
+        "sniffer_tsf": _clocks.random_tsf_clock(seed, "sniffer_tsf"),
+    }
+
+
+def _native_clocks(cl: dict[str, _clocks.Clock], seed: int) -> dict[str, dict]:
+    out = {}
+    for i, (name, c) in enumerate(cl.items()):
+        l0, rate = c.native()
+        out[name] = {"l0_ns": l0, "rate": rate, "sigma_ns": c.jitter_us * 1e3,
+                     "bound_ns": c.jitter_max_us * 1e3, "seed": _clocks.jitter_seed(seed, i)}
+    return out
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[3])
+    # After the caller's own path entries: whatever the parent imported xlayer from comes first.
+    env["PYTHONPATH"] = (env["PYTHONPATH"] + os.pathsep if env.get("PYTHONPATH") else "") + root
+    return env
+
+
+def run_child(job: dict, workdir: Path, log: Callable[[str], None], timeout: float = CHILD_TIMEOUT_S) -> dict:
+    """Run `job` in a fresh `python -m xlayer.testbeds.sim.world` process; return its result.json."""
+    # Imported here, not at the top: the package importing `world` before the child runs it as
+    # __main__ makes runpy warn in every child.
+    from xlayer.testbeds.sim.world import NO_NS3  # noqa: PLC0415
+    job_path = workdir / "job.json"
+    job_path.write_text(json.dumps(job, indent=1))
+    cmd = [sys.executable, "-m", "xlayer.testbeds.sim.world", str(job_path)]
+    try:
+        proc = subprocess.run(cmd, env=_child_env(), cwd=workdir, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise SimError(f"ns-3 child did not finish within {timeout:.0f} s") from exc
+    noise = ("Failed to materialize symbols", "runStaticInitializersOnce")
+    err = "\n".join(ln for ln in proc.stderr.splitlines() if not any(n in ln for n in noise))
+    if proc.returncode == NO_NS3:
+        raise SimError(err.strip().splitlines()[-1] if err.strip() else "cannot import ns-3", ns3_missing=True)
+    if proc.returncode != 0 or not (workdir / "result.json").exists():
+        raise SimError(f"ns-3 child exited with status {proc.returncode}: {err.strip()[-3000:]}")
+    if err.strip():
+        log(f"ns-3 child said: {err.strip()[-2000:]}")
+    return json.loads((workdir / "result.json").read_text())
+
+
+def run_scenario(name: str, outdir: str | os.PathLike, *, seed: int = 1, seconds: float | None = None,
+                 log: Callable[[str], None] | None = None, keep_work: bool = False,
+                 scenario: Scenario | None = None) -> dict[str, Any]:
+    """Simulate scenario `name` into bundle directory `outdir`; return the truth (also truth.json).
+
+    `seed` (>= 1) fixes everything: ns-3's random streams, the clocks, the jitter; the same seed gives
+    byte-identical captures.  `seconds` is simulated time (the scenario's default if None).
+    """
+    from xlayer.testbeds.sim.truth import build_truth
+    from xlayer.testbeds.sim.truth import write_bundle  # noqa: PLC0415 - polars only in the parent
+
+    log = log or (lambda m: None)
+    if seed < 1:
+        raise SimError("seed must be >= 1 (ns-3 rejects seed 0)")
+    sc = scenario or get_scenario(name, seconds)
+    try:
+        check_ssid(sc.ssid)       # a caller may have set it after the scenario was built
+    except ValueError as exc:
+        raise SimError(str(exc)) from None
+    out = Path(outdir)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in list(FILES.values()) + ["bundle.json", "truth.json", "truth_packets.parquet",
+                                      "truth_attempts.parquet"]:
+        (out / f).unlink(missing_ok=True)
+    work = out / ".sim-work"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    cl = make_clocks(seed)
+    job = {"seed": seed, "workdir": str(work.resolve()), "scenario": sc.physical(),
+           "clocks": _native_clocks(cl, seed), "files": {k: v + PART for k, v in FILES.items()}}
+    t0 = time.monotonic()
+    log(f"simulating {sc.name} ({sc.seconds:g} s, seed {seed})")
+    result = run_child(job, work, log)
+    summaries = {}
+    for vantage, fname in FILES.items():
+        part = work / (fname + PART)
+        if not part.exists():
+            raise SimError(f"the child wrote no {fname}")
+        if fname.endswith(".pcap"):
+            try:
+                summary = count_pcap(part)
+            except ValueError as exc:
+                raise SimError(str(exc)) from None
+            # named as the bundle names it (truth.json's captures give the file name)
+            summaries[vantage] = dataclasses.replace(summary, path=out / fname)
+        os.replace(part, out / fname)
+    truth = build_truth(sc, seed, cl, result, work, out, summaries, wall_s=time.monotonic() - t0)
+    write_bundle(sc, seed, truth, out, summaries, result)
+    if not keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+    truth["run"]["wall_s"] = round(time.monotonic() - t0, 2)
+    (out / "truth.json").write_text(json.dumps(truth, indent=1, allow_nan=False) + "\n")
+    return truth

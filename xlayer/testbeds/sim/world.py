@@ -1,0 +1,308 @@
+"""Build and run one scenario in ns-3 (child process side).
+
+Run as ``python -m xlayer.testbeds.sim.world JOB.json``: the job holds the scenario's physical setup, the seed,
+the clocks and the work directory.  The child writes the captures (``*.pcap.part``), the TCP samples
+and the truth logs (``log/*.csv``) there, then ``result.json``, and leaves with ``os._exit`` (cppyy's
+teardown can crash after the work is done).  Only this process ever imports ns-3.
+
+ns-3 objects created from Python are kept referenced in `keep` until the exit: ns-3 holds raw
+pointers to some of them, and Python freeing one mid-run crashes at random later.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+# Clock ids shared with the C++ side (xlsim::SetClock) and xlayer.testbeds.sim.run.
+CLOCK_IDS = {"server": 0, "ap": 1, "sniffer": 2, "client": 3, "sniffer_tsf": 4}
+
+WIRED_NET, WIFI_NET = "10.10.1.0", "10.10.2.0"
+NO_NS3 = 3   # the child's exit status when ns-3 cannot be imported
+
+
+def _addr(ns, ifc, i: int) -> str:
+    a = ifc.GetAddress(i)
+    return f"{(a.Get() >> 24) & 255}.{(a.Get() >> 16) & 255}.{(a.Get() >> 8) & 255}.{a.Get() & 255}"
+
+
+def _mac(dev) -> str:
+    raw = str(dev.GetAddress())
+    # Address prints as "07-06-00:00:00:00:00:01" (type-length-bytes); keep the six bytes.
+    return raw.split("-")[-1].lower()
+
+
+def simulate(job: dict) -> dict:
+    """Build the scenario in `job`, run it, write its files; return what the parent needs to know."""
+    from ns import ns  # noqa: PLC0415
+
+    from xlayer.testbeds.sim import native  # noqa: PLC0415
+
+    x = native.load()
+    sc = job["scenario"]
+    work = Path(job["workdir"])
+    (work / "log").mkdir(parents=True, exist_ok=True)
+    keep: list = []
+
+    ns.RngSeedManager.SetSeed(int(job["seed"]))
+    ns.RngSeedManager.SetRun(1)
+
+    # --- defaults before anything is created ---
+    sd = ns.Config.SetDefault
+    sd("ns3::TcpL4Protocol::SocketType", ns.StringValue(sc["tcp_cc"]))
+    sd("ns3::TcpSocket::SegmentSize", ns.UintegerValue(sc["segment_size"]))
+    sd("ns3::TcpSocket::SndBufSize", ns.UintegerValue(sc["tcp_snd_buf"]))
+    sd("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(sc["tcp_rcv_buf"]))
+    sd("ns3::TcpSocket::DelAckCount", ns.UintegerValue(2))
+    sd("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.MicroSeconds(int(sc["min_rto_ms"] * 1000))))
+    sd("ns3::WifiMacQueue::MaxSize", ns.StringValue(f"{sc['queue_packets']}p"))
+    sd("ns3::WifiMacQueue::MaxDelay", ns.TimeValue(ns.MicroSeconds(int(sc["queue_max_delay_ms"] * 1000))))
+    if sc["frag_threshold"] is not None:
+        sd("ns3::WifiRemoteStationManager::FragmentationThreshold", ns.UintegerValue(sc["frag_threshold"]))
+    if sc["rts_threshold"] is not None:
+        sd("ns3::WifiRemoteStationManager::RtsCtsThreshold", ns.UintegerValue(sc["rts_threshold"]))
+    if sc["frame_retry_limit"] is not None:
+        sd("ns3::WifiMac::FrameRetryLimit", ns.UintegerValue(sc["frame_retry_limit"]))
+    if sc["max_missed_beacons"] is not None:
+        sd("ns3::StaWifiMac::MaxMissedBeacons", ns.UintegerValue(sc["max_missed_beacons"]))
+    # ns-3 ignores any PPDU weaker than -82 dBm (ThresholdPreambleDetectionModel::MinimumRssi), so
+    # nothing ever arrives at the SNR of the low rates; real receivers decode 6 Mbit/s OFDM near
+    # -90 dBm and 1 Mbit/s DSSS below that.
+    sd("ns3::ThresholdPreambleDetectionModel::MinimumRssi", ns.DoubleValue(sc["min_rssi_dbm"]))
+    if sc["rate_manager"] == "constant":
+        sd("ns3::ConstantRateWifiManager::DataMode", ns.StringValue(sc["data_mode"]))
+        sd("ns3::ConstantRateWifiManager::ControlMode", ns.StringValue(sc["control_mode"] or sc["data_mode"]))
+
+    # --- nodes: server 0, AP 1, stations 2.., sniffer last ---
+    server = ns.NodeContainer()
+    server.Create(1)
+    ap = ns.NodeContainer()
+    ap.Create(1)
+    stas = ns.NodeContainer()
+    stas.Create(len(sc["stations"]))
+    sniffer = ns.NodeContainer()
+    sniffer.Create(1)
+    keep += [server, ap, stas, sniffer]
+
+    # --- wired: CSMA, a nanosecond delay (a CSMA channel stays busy for tx time + Delay) ---
+    csma = ns.CsmaHelper()
+    csma.SetChannelAttribute("DataRate", ns.StringValue("1Gbps"))
+    csma.SetChannelAttribute("Delay", ns.TimeValue(ns.NanoSeconds(500)))
+    wired_nodes = ns.NodeContainer()
+    wired_nodes.Add(server)
+    wired_nodes.Add(ap)
+    wired_devs = csma.Install(wired_nodes)
+    keep += [csma, wired_nodes, wired_devs]
+
+    # --- wireless ---
+    g = sc["standard"] == "g"
+    channel = ns.YansWifiChannelHelper()
+    channel.SetPropagationDelay("ns3::ConstantSpeedPropagationDelayModel")
+    # Free-space loss at 1 m: 40.05 dB at 2.412 GHz, 46.68 dB at 5.18 GHz; log-distance beyond.
+    channel.AddPropagationLoss("ns3::LogDistancePropagationLossModel",
+                               "Exponent", ns.DoubleValue(sc["path_loss_exponent"]),
+                               "ReferenceLoss", ns.DoubleValue(40.05 if g else 46.6777))
+    if sc["fading_m"] > 0:
+        m = ns.DoubleValue(sc["fading_m"])
+        channel.AddPropagationLoss("ns3::NakagamiPropagationLossModel", "m0", m, "m1", m, "m2", m)
+    phy = ns.YansWifiPhyHelper()
+    phy.SetChannel(channel.Create())
+    phy.Set("ChannelSettings", ns.StringValue("{1, 20, BAND_2_4GHZ, 0}" if g else "{36, 20, BAND_5GHZ, 0}"))
+    wifi = ns.WifiHelper()
+    wifi.SetStandard(ns.WIFI_STANDARD_80211g if g else ns.WIFI_STANDARD_80211n)
+    wifi.SetRemoteStationManager({"minstrel": "ns3::MinstrelWifiManager",
+                                  "minstrel_ht": "ns3::MinstrelHtWifiManager",
+                                  "constant": "ns3::ConstantRateWifiManager"}[sc["rate_manager"]])
+    if not g:
+        wifi.ConfigHtOptions("ShortGuardIntervalSupported", ns.BooleanValue(True))
+    # No traffic-control queue above the Wi-Fi device: the AP's WifiMacQueue is the AP queue.
+    wifi.DisableFlowControl()
+    # The SSID goes into beacons and probe responses as raw bytes (ns-3 keeps at most 32).
+    ssid = ns.Ssid(sc["ssid"])
+    mac = ns.WifiMacHelper()
+    mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ssid), "ActiveProbing", ns.BooleanValue(False))
+    sta_devs = wifi.Install(phy, mac, stas)
+    mac.SetType("ns3::ApWifiMac", "Ssid", ns.SsidValue(ssid))
+    ap_devs = wifi.Install(phy, mac, ap)
+    # A station looking for an SSID nobody serves never associates, so never transmits: a monitor.
+    mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ns.Ssid("xlayer-nobody")),
+                "ActiveProbing", ns.BooleanValue(False))
+    sniff_devs = wifi.Install(phy, mac, sniffer)
+    keep += [channel, phy, wifi, ssid, mac, sta_devs, ap_devs, sniff_devs]
+    # Fixed random streams per device: the same seed gives the same run whatever else changes.
+    ns.WifiHelper.AssignStreams(sta_devs, 100)
+    ns.WifiHelper.AssignStreams(ap_devs, 200)
+    ns.WifiHelper.AssignStreams(sniff_devs, 300)
+
+    # --- positions: set on the installed models (Python-made allocators can be freed under ns-3) ---
+    fixed = ns.MobilityHelper()
+    fixed.SetMobilityModel("ns3::ConstantPositionMobilityModel")
+    moving = ns.MobilityHelper()
+    moving.SetMobilityModel("ns3::ConstantVelocityMobilityModel")
+    keep += [fixed, moving]
+    for c in (server, ap, sniffer):
+        fixed.Install(c)
+    for i, st in enumerate(sc["stations"]):
+        (moving if st["walk_at_s"] is not None else fixed).Install(stas.Get(i))
+
+    def place(node, px: float, py: float) -> None:
+        node.GetObject[ns.MobilityModel]().SetPosition(ns.Vector(px, py, 0.0))
+
+    place(server.Get(0), -10.0, 0.0)
+    place(ap.Get(0), 0.0, 0.0)
+    place(sniffer.Get(0), 1.5, 1.5)
+    for i, st in enumerate(sc["stations"]):
+        place(stas.Get(i), st["x"], st["y"])
+
+    # --- IP ---
+    internet = ns.InternetStackHelper()
+    internet.Install(server)
+    internet.Install(ap)
+    internet.Install(stas)
+    addr = ns.Ipv4AddressHelper()
+    addr.SetBase(ns.Ipv4Address(WIRED_NET), ns.Ipv4Mask("255.255.255.0"))
+    wired_ifs = addr.Assign(wired_devs)
+    addr.SetBase(ns.Ipv4Address(WIFI_NET), ns.Ipv4Mask("255.255.255.0"))
+    ap_ifs = addr.Assign(ap_devs)
+    sta_ifs = addr.Assign(sta_devs)
+    ns.Ipv4GlobalRoutingHelper.PopulateRoutingTables()
+    # Static ARP: no address resolution on the air.  A lost broadcast ARP request (no MAC retries)
+    # would otherwise drop a far station's first packets at the AP's ARP queue (3 packets deep) for
+    # up to a second: real, but a confounder no scenario here is about.
+    neigh = ns.NeighborCacheHelper()
+    neigh.PopulateNeighborCache()
+    keep += [internet, addr, wired_ifs, ap_ifs, sta_ifs, neigh]
+
+    # --- captures, clocks and truth logs (before traffic starts) ---
+    for name, c in job["clocks"].items():
+        x.SetClock(CLOCK_IDS[name], int(c["l0_ns"]), float(c["rate"]), float(c["sigma_ns"]),
+                   float(c["bound_ns"]), int(c["seed"]))
+    x.SetLogDir(str(work / "log"))
+    files = job["files"]
+    ok = x.OpenAir(sniff_devs.Get(0), str(work / files["sniffer"]), sc["snaplen_air"], True,
+                   CLOCK_IDS["sniffer"], CLOCK_IDS["sniffer_tsf"], True, 0, True)
+    ok &= x.OpenWired(0, wired_devs.Get(0), str(work / files["server"]), sc["snaplen_wired"], True,
+                      CLOCK_IDS["server"], True, "wired_server")
+    ok &= x.OpenWired(1, wired_devs.Get(1), str(work / files["ap_wired"]), sc["snaplen_wired"], True,
+                      CLOCK_IDS["ap"], True, "wired_ap")
+    ok &= x.OpenClient(sta_devs.Get(0), ap_devs.Get(0), str(work / files["client"]), sc["snaplen_wired"],
+                       CLOCK_IDS["client"])
+    ok &= x.HookIp(server.Get(0))
+    for i in range(stas.GetN()):
+        ok &= x.HookIp(stas.Get(i))
+    ok &= x.HookWifi(ap_devs.Get(0), ap.Get(0).GetId(), True)
+    for i in range(stas.GetN()):
+        ok &= x.HookWifi(sta_devs.Get(i), stas.Get(i).GetId(), False)
+    if not ok:
+        raise RuntimeError("could not open the captures or hook the Wi-Fi devices")
+
+    # --- injections ---
+    for i, st in enumerate(sc["stations"]):
+        node = stas.Get(i)
+        if st["walk_at_s"] is not None and st["speed_mps"]:
+            dx, dy = st["x"], st["y"]
+            norm = (dx * dx + dy * dy) ** 0.5 or 1.0
+            x.ScheduleVelocity(node, node.GetId(), float(st["walk_at_s"]),
+                               st["speed_mps"] * dx / norm, st["speed_mps"] * dy / norm)
+        for start, end in st["deaf"]:
+            x.ScheduleDeaf(sta_devs.Get(i), node.GetId(), float(start), float(end))
+
+    # --- traffic ---
+    index = {st["name"]: i for i, st in enumerate(sc["stations"])}
+    apps = []
+    sinks = {}
+    first_tcp = None
+    for fl in sc["flows"]:
+        i = index[fl["station"]]
+        factory = "ns3::TcpSocketFactory" if fl["proto"] == "tcp" else "ns3::UdpSocketFactory"
+        sink = ns.PacketSinkHelper(factory, ns.InetSocketAddress(ns.Ipv4Address.GetAny(), fl["port"]).ConvertTo())
+        sink_app = sink.Install(stas.Get(i))
+        sink_app.Start(ns.Seconds(0.0))
+        remote = ns.InetSocketAddress(sta_ifs.GetAddress(i), fl["port"]).ConvertTo()
+        if fl["proto"] == "tcp":
+            src = ns.BulkSendHelper(factory, remote)
+            src.SetAttribute("MaxBytes", ns.UintegerValue(0))
+            src.SetAttribute("SendSize", ns.UintegerValue(sc["segment_size"] * 8))
+            # BulkSend opens its socket in StartApplication: hook it right after.
+            x.ScheduleTcpHook(server.Get(0), server.Get(0).GetId(), fl["start_s"] + 1e-6)
+            first_tcp = fl["start_s"] if first_tcp is None else min(first_tcp, fl["start_s"])
+        else:
+            src = ns.OnOffHelper(factory, remote)
+            src.SetConstantRate(ns.DataRate(int(fl["rate_bps"])), int(fl["size"]))
+        src_app = src.Install(server.Get(0))
+        src_app.Start(ns.Seconds(fl["start_s"]))
+        if fl["stop_s"] is not None:
+            src_app.Stop(ns.Seconds(fl["stop_s"]))
+        sinks[fl["name"]] = sink_app.Get(0)
+        apps += [sink, sink_app, src, src_app]
+    keep += apps
+    if first_tcp is not None:
+        x.StartSampler(str(work / files["tcp"]), server.Get(0).GetId(), first_tcp + 2e-6,
+                       sc["sample_interval_s"], CLOCK_IDS["server"])
+
+    ns.Simulator.Stop(ns.Seconds(sc["seconds"]))
+    t0 = time.monotonic()
+    ns.Simulator.Run()
+    wall = time.monotonic() - t0
+    x.CloseAll()
+
+    sink_rx = {}
+    for name, app in sinks.items():
+        sink_rx[name] = int(x.SinkRx(app))
+
+    stations = []
+    for i, st in enumerate(sc["stations"]):
+        stations.append({"name": st["name"], "node": stas.Get(i).GetId(), "ip": _addr(ns, sta_ifs, i),
+                         "mac": _mac(sta_devs.Get(i))})
+    result = {
+        "sim_wall_s": wall,
+        "sim_seconds": sc["seconds"],
+        "air_frames": int(x.AirFrames()),
+        "tcp_samples": int(x.SamplerRows()),
+        "sink_rx_bytes": sink_rx,
+        "nodes": {
+            "server": {"node": server.Get(0).GetId(), "ip": _addr(ns, wired_ifs, 0),
+                       "mac": _mac(wired_devs.Get(0))},
+            "ap": {"node": ap.Get(0).GetId(), "wired_ip": _addr(ns, wired_ifs, 1),
+                   "wired_mac": _mac(wired_devs.Get(1)), "wifi_ip": _addr(ns, ap_ifs, 0),
+                   "bssid": _mac(ap_devs.Get(0))},
+            "stations": stations,
+            "sniffer": {"node": sniffer.Get(0).GetId(), "mac": _mac(sniff_devs.Get(0)),
+                        "position": [1.5, 1.5]},
+        },
+    }
+    (work / "result.json").write_text(json.dumps(result, indent=1))
+    job["_keep"] = keep  # referenced until os._exit
+    return result
+
+
+def main(argv: list[str]) -> None:
+    """Child entry point: run the job file argv[0]; exit 0 on success, 1 on failure (never returns)."""
+    code = 1
+    try:
+        job = json.loads(Path(argv[0]).read_text())
+        try:
+            from ns import ns  # noqa: F401,PLC0415
+        except Exception as exc:  # noqa: BLE001 - any failure to load ns-3 means the same here
+            print(f"cannot import ns-3 (from ns import ns): {exc!r}", file=sys.stderr, flush=True)
+            code = NO_NS3
+            raise SystemExit(code) from None
+        simulate(job)
+        code = 0
+    except SystemExit:
+        pass
+    except BaseException as exc:  # noqa: BLE001 - must never unwind into cppyy's teardown
+        import traceback
+
+        traceback.print_exc()
+        print(f"xlayer sim: simulation failed: {exc!r}", file=sys.stderr, flush=True)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

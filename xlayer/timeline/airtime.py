@@ -1,0 +1,288 @@
+"""How long each frame held the air: MPDU length from the capture, PPDU duration from length, rate and PHY.
+
+One place computes airtime for the clock alignment (`xlayer.timeline.match`), the AP queue join and the
+per-station metrics.  Per frame:
+
+* MPDU length on the air (802.11 header to FCS): the record's wire length minus the radio header
+  (radiotap length from the presence words, exact; other radio headers: learnt per layout from
+  unprotected data frames, whose MPDU length follows from their IP length), plus the 4-byte FCS when
+  the capture dropped it, minus the radiotap data padding.
+* PSDU length: the MPDU, or for an A-MPDU all its subframes seen (4-byte delimiter each, padded to
+  4 bytes but the last, as 802.11-2016 9.7.1 and ns-3 do).
+* PPDU duration (IEEE 802.11-2016 TXTIME formulas; ns-3 3.44 computes the same):
+  DSSS/HR-DSSS (15.3.7, 16.3.4): 192 µs long or 96 µs short PLCP preamble+header, then
+  ceil(8·L / rate) µs.  OFDM/ERP-OFDM (17.4.3, 18.5.2): 16 µs preamble + 4 µs SIGNAL +
+  4 µs · ceil((16 + 8·L + 6) / N_DBPS), N_DBPS = 4 µs · rate; + 6 µs signal extension at 2.4 GHz.
+  HT mixed format (19.4.3): 16 + 4 (L-SIG) + 8 (HT-SIG) + 4 (HT-STF) + 4·N_LTF µs, then N_SYM
+  symbols of 4 µs (3.6 µs short GI), N_SYM = ceil((16 + 8·L + 6·N_ES) / N_DBPS), N_DBPS = symbol
+  time · rate; + 6 µs signal extension at 2.4 GHz.  The short-GI data part is N_SYM · 3.6 µs (the
+  air is busy that long; the standard's L-SIG length rounds it up to 4 µs, ns-3 does not).
+  VHT (21.4.3): 36 + 4·N_LTF µs preamble, same data part (approximate: no EOF padding).
+  HE SU (27.4.3): 36 µs + N_LTF · (6.4 µs + GI) preamble, 12.8 µs + GI symbols (approximate: no
+  packet extension).
+
+Rates come from the parsers' ``phy_rate_mbps`` (with ``phy``, ``nss``, ``sgi``, ``he_gi_us``); a frame
+without a rate or a length has no airtime (``known`` false).
+"""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+__all__ = ["COLUMNS", "airtime", "airtime_ns", "mpdu_bytes", "ppdu_duration_ns", "radio_header_len"]
+
+# the packet columns `airtime` reads (a caller may read only these of a capture; absent ones take defaults)
+COLUMNS: tuple[str, ...] = (
+    "wirelen", "linktype", "rt_layout", "rt_flags", "phy_rate_mbps", "phy", "nss", "sgi", "he_gi_us", "freq_mhz",
+    "chan_flags", "ampdu_ref", "ampdu_flags", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
+    "wlan_order", "wlan_amsdu", "wlan_seq", "ip_len")
+
+_NLTF = np.array([1, 1, 2, 4, 4, 6, 6, 8, 8], dtype=np.float64)   # HT/VHT/HE LTFs for NSS 0..8
+_FIXED_HEADER = {105: 0, 119: 144, 163: 64}                       # raw 802.11, Prism, AVS (usual length)
+_DSSS_RATES = (2, 4, 11, 22)                                      # 2 x (1, 2, 5.5, 11) Mbit/s
+_SLICE = 1 << 17                                                  # records per pass of the TXTIME formulas
+_PPDU_SLICE = 200_000                                             # records per pass of airtime (whole PPDUs)
+_AIRTIME_SCHEMA = {"mpdu_bytes": pl.Int64, "ppdu_bytes": pl.Int64, "ppdu_ns": pl.Int64, "share_ns": pl.Int64,
+                   "upto_ns": pl.Int64}
+
+
+def radio_header_len(layout: str | None) -> int | None:
+    """Return the radiotap header length a presence-word layout implies (None if it cannot tell)."""
+    if not layout:
+        return None
+    try:
+        from parsers.layers.radiotap import _layout
+
+        words = tuple(int(w, 16) for w in layout.split(",") if w)
+        if not words:
+            return None
+        lay = _layout(words, ())
+    except Exception:  # noqa: BLE001 - a layout we cannot read just gives no length
+        return None
+    if lay.defer or lay.need_skip is not None:
+        return None
+    return int(lay.end)
+
+
+def _mac_header_len() -> pl.Expr:
+    qos = (pl.col("wlan_type") == 2) & ((pl.col("wlan_subtype").cast(pl.Int32) & 8) != 0)
+    return (24 + 6 * (pl.col("wlan_to_ds") & pl.col("wlan_from_ds")).fill_null(False).cast(pl.Int64)
+            + 2 * qos.fill_null(False).cast(pl.Int64)
+            + 4 * (qos & pl.col("wlan_order")).fill_null(False).cast(pl.Int64))
+
+
+def mpdu_bytes(df: pl.DataFrame) -> pl.Series:
+    """Return each record's MPDU length on the air in bytes, FCS included (null where unknown)."""
+    if df.height == 0:
+        return pl.Series("mpdu_bytes", [], pl.Int64)
+    return _mpdu_with(df, _radio_headers(df))
+
+
+def _mpdu_inputs(df: pl.DataFrame) -> pl.LazyFrame:
+    """Return per record: wire length, link type, radiotap layout, FCS flag, header pad and IP-estimated MPDU length."""
+    cols = set(df.columns)
+
+    def col(name: str, default: object, dtype: pl.DataType) -> pl.Expr:
+        return pl.col(name) if name in cols else pl.lit(default, dtype)
+
+    fcs = (col("rt_flags", 0, pl.UInt8).fill_null(0).cast(pl.Int32) & 0x10) != 0
+    pad = (col("rt_flags", 0, pl.UInt8).fill_null(0).cast(pl.Int32) & 0x20) != 0
+    hdr = _mac_header_len()
+    # Unprotected data frames decoded into IP: 802.11 header + LLC/SNAP + IP packet + FCS.
+    est = (pl.when((pl.col("wlan_type") == 2) & pl.col("ip_len").is_not_null() & (pl.col("ip_len") > 0)
+                   & ~col("wlan_amsdu", False, pl.Boolean).fill_null(False))
+           .then(hdr + 8 + pl.col("ip_len").cast(pl.Int64) + 4))
+    return df.lazy().select(
+        pl.col("wirelen").cast(pl.Int64).alias("wirelen"),
+        col("linktype", 127, pl.UInt16).fill_null(127).cast(pl.Int64).alias("lt"),
+        col("rt_layout", "", pl.String).fill_null("").alias("lay"),
+        fcs.alias("fcs"),
+        # radiotap Flags 0x20: the driver padded the 802.11 header to 4 bytes (not sent on the air)
+        pl.when(pad & (pl.col("wlan_type") == 2)).then((4 - hdr % 4) % 4).otherwise(0).alias("pad"),
+        est.alias("est"),
+    )
+
+
+def _radio_headers(df: pl.DataFrame) -> pl.DataFrame:
+    """Return the radio header's length per (link type, layout) over all of `df`: radiotap from its
+    presence words (exact), else learnt from frames whose MPDU length is known (median), else the link
+    type's usual one."""
+    # One pass over the whole capture in slices (the medians are learnt over all of it): per slice
+    # the (link type, layout) keys and the count of each header length seen; the medians follow from
+    # the summed counts, exactly as over all the records at once.
+    keys, counts = [], []
+    size = df.height
+    for lo in range(0, max(size, 1), _PPDU_SLICE):
+        d = _mpdu_inputs(df.slice(lo, _PPDU_SLICE))
+        keys.append(d.select("lt", "lay").unique().collect())
+        counts.append(d.filter(pl.col("est").is_not_null())
+                      .group_by("lt", "lay", (pl.col("wirelen") - pl.col("est") - pl.col("pad")
+                                              + pl.when(pl.col("fcs")).then(0).otherwise(4)).alias("v"))
+                      .agg(pl.len().cast(pl.Int64).alias("n")).collect())
+    exact = [(lt, lay, radio_header_len(lay) if lt == 127 else _FIXED_HEADER.get(lt) if lt == 105 else None)
+             for lt, lay in pl.concat(keys).unique().iter_rows()]
+    hd = pl.DataFrame({"lt": [e[0] for e in exact], "lay": [e[1] for e in exact],
+                       "h_exact": [e[2] for e in exact]},
+                      schema={"lt": pl.Int64, "lay": pl.String, "h_exact": pl.Int64})
+    grp = ["lt", "lay"]
+    c = (pl.concat(counts).group_by(*grp, "v").agg(pl.col("n").sum()).sort(*grp, "v")
+         .with_columns(pl.col("n").cum_sum().over(grp).alias("cum"), pl.col("n").sum().over(grp).alias("tot")))
+    # the median: mean of the values at ranks (tot - 1) // 2 and tot // 2 (0-based), as polars' median
+    learnt = c.group_by(grp).agg(
+        pl.col("v").filter(pl.col("cum") > (pl.col("tot") - 1) // 2).first().alias("v1"),
+        pl.col("v").filter(pl.col("cum") > pl.col("tot") // 2).first().alias("v2"),
+    ).select(*grp, ((pl.col("v1") + pl.col("v2")) / 2).round(0).cast(pl.Int64).alias("h_learnt"))
+    return hd.join(learnt, on=["lt", "lay"], how="left").with_columns(
+        pl.coalesce("h_exact", "h_learnt",
+                    pl.col("lt").replace_strict(_FIXED_HEADER, default=None, return_dtype=pl.Int64)).alias("h")
+    ).select("lt", "lay", "h")
+
+
+def _mpdu_with(df: pl.DataFrame, hd: pl.DataFrame) -> pl.Series:
+    """Return `mpdu_bytes` of `df`'s records given the radio header lengths `_radio_headers` learnt."""
+    d = _mpdu_inputs(df).join(hd.lazy(), on=["lt", "lay"], how="left", maintain_order="left")
+    out = d.select(
+        (pl.col("wirelen") - pl.col("h") - pl.col("pad") + pl.when(pl.col("fcs")).then(0).otherwise(4))
+        .clip(lower_bound=10).alias("mpdu_bytes")).collect()
+    return out.get_column("mpdu_bytes")
+
+
+def ppdu_duration_ns(psdu_bytes: np.ndarray, rate_mbps: np.ndarray, phy: np.ndarray, nss: np.ndarray,
+                     short_preamble: np.ndarray, sgi: np.ndarray, he_gi_us: np.ndarray,
+                     band_2ghz: np.ndarray) -> np.ndarray:
+    """Return the PPDU duration in ns of each (PSDU length, PHY parameters); NaN where unknown."""
+    L = np.asarray(psdu_bytes, dtype=np.float64)
+    rate = np.asarray(rate_mbps, dtype=np.float64)
+    rate = np.where(np.isfinite(rate) & (rate > 0), rate, np.nan)
+    phy = np.asarray(phy).astype(str)
+    nltf = _NLTF[np.clip(np.asarray(nss, dtype=np.int64), 0, 8)]
+    ht, vht, he = phy == "ht", phy == "vht", phy == "he"
+    mimo = ht | vht
+    dsss = ~(mimo | he) & np.isin(np.round(rate * 2), _DSSS_RATES)
+    gi = np.where(np.isfinite(he_gi_us), he_gi_us, 0.8)
+    tsym = np.where(he, 12.8 + gi, np.where(mimo & np.asarray(sgi, dtype=bool), 3.6, 4.0))
+    ndbps = np.maximum(np.round(rate * tsym), 1.0)
+    nes = np.maximum(1.0, np.ceil(rate * 4.0 / tsym / 300.0))   # BCC encoders: one per 300 Mbit/s (LGI)
+    nsym = np.ceil((16.0 + 8.0 * L + 6.0 * nes) / ndbps)
+    ofdm_us = nsym * tsym
+    pre = np.where(ht, 32.0 + 4.0 * nltf,
+                   np.where(vht, 36.0 + 4.0 * nltf,
+                            np.where(he, 36.0 + nltf * (6.4 + gi), 20.0)))
+    ext = np.where(np.asarray(band_2ghz, dtype=bool) & ~he & ~vht, 6.0, 0.0)
+    ofdm = pre + ofdm_us + ext
+    dsss_us = np.where(np.asarray(short_preamble, dtype=bool) & (rate > 1.5), 96.0, 192.0) \
+        + np.ceil(np.round(8.0 * L / rate, 6))
+    us = np.where(dsss, dsss_us, ofdm)
+    return np.where(np.isfinite(us) & np.isfinite(L), us * 1000.0, np.nan)
+
+
+def airtime(df: pl.DataFrame) -> pl.DataFrame:
+    """Return per record: mpdu_bytes, ppdu_bytes, ppdu_ns (whole PPDU, null if unknown), share_ns (this
+    MPDU's byte share of its PPDU: sums over records count each PPDU once) and upto_ns (PPDU start to
+    this MPDU's end, null where a missed later subframe makes it unknown)."""
+    if df.height == 0:
+        return pl.DataFrame(schema=_AIRTIME_SCHEMA)
+    # The radio-header lengths are learnt over the whole capture (one cheap pass); the rest works on
+    # one PPDU at a time, so slices cut between PPDUs give the same result in bounded memory.
+    hd = _radio_headers(df)
+    ref = df.get_column("ampdu_ref") if "ampdu_ref" in df.columns else None
+    bounds = _ppdu_slices(ref, df.height, _PPDU_SLICE)
+    if len(bounds) == 1:
+        return _airtime_slice(df, _mpdu_with(df, hd))
+    parts = []
+    for lo, hi in bounds:
+        part = df.slice(lo, hi - lo)
+        parts.append(_airtime_slice(part, _mpdu_with(part, hd)))
+    return pl.concat(parts, rechunk=True)
+
+
+def _ppdu_slices(ref: pl.Series | None, n: int, size: int) -> list[tuple[int, int]]:
+    """Return (start, end) record ranges of about `size` records, never cutting through an A-MPDU."""
+    if n <= size:
+        return [(0, n)]
+    if ref is None:
+        cuts = list(range(size, n, size))
+    else:
+        # Cut only before a record that no A-MPDU reference spans (one seen both before and at or
+        # after it): every window over `ampdu_ref` then sees the same records in its slice as over all.
+        span = (pl.DataFrame({"r": ref}).with_row_index("i").filter(pl.col("r").is_not_null())
+                .group_by("r").agg(pl.col("i").min().alias("lo"), pl.col("i").max().alias("hi")))
+        inside = np.zeros(n + 1, dtype=np.int64)
+        np.add.at(inside, span.get_column("lo").to_numpy().astype(np.int64) + 1, 1)
+        np.add.at(inside, span.get_column("hi").to_numpy().astype(np.int64) + 1, -1)
+        starts = np.flatnonzero(np.cumsum(inside[:n]) == 0)
+        idx = np.searchsorted(starts, np.arange(size, n, size))
+        cuts = sorted({int(starts[i]) for i in idx if i < len(starts)} - {0})
+    edges = [0, *cuts, n]
+    return [(lo, hi) for lo, hi in zip(edges[:-1], edges[1:]) if hi > lo]
+
+
+def _airtime_slice(df: pl.DataFrame, mpdu: pl.Series) -> pl.DataFrame:
+    """Return `airtime` of records holding whole PPDUs, given their MPDU lengths."""
+    cols = set(df.columns)
+
+    def col(name: str, default: object, dtype: pl.DataType) -> pl.Expr:
+        return (pl.col(name) if name in cols else pl.lit(default, dtype)).alias(name)
+
+    d = df.select(
+        col("ampdu_ref", None, pl.UInt32), col("ampdu_flags", None, pl.UInt16).cast(pl.Int32),
+        col("wlan_seq", None, pl.UInt16).cast(pl.Int32),
+        col("phy_rate_mbps", None, pl.Float64).cast(pl.Float64).alias("rate"),
+        col("phy", "", pl.String).fill_null("").alias("phy"),
+        col("nss", 1, pl.UInt8).cast(pl.Int64).fill_null(1).clip(1, 8).alias("nss"),
+        ((col("rt_flags", 0, pl.UInt8).fill_null(0).cast(pl.Int32) & 0x02) != 0).alias("short"),
+        col("sgi", False, pl.Boolean).fill_null(False).alias("sgi"),
+        col("he_gi_us", None, pl.Float32).cast(pl.Float64).alias("gi"),
+        (col("freq_mhz", None, pl.UInt16).cast(pl.Int32).is_between(2300, 2600)
+         | (col("freq_mhz", None, pl.UInt16).is_null()
+            & ((col("chan_flags", 0, pl.UInt16).fill_null(0).cast(pl.Int32) & 0x0080) != 0))).alias("g24"),
+    ).with_columns(mpdu.alias("mpdu")).with_row_index("_i")
+    sub = 4 + (pl.col("mpdu") + 3) // 4 * 4       # A-MPDU subframe: delimiter + MPDU padded to 4 bytes
+    is_last = pl.col("_i") == pl.col("_i").max().over("ampdu_ref")
+    sub_bytes = pl.when(pl.col("ampdu_ref").is_null()).then(pl.col("mpdu")) \
+        .when(is_last).then(4 + pl.col("mpdu")).otherwise(sub)
+    d = d.with_columns(sub_bytes.alias("sub")).with_columns(
+        pl.when(pl.col("ampdu_ref").is_not_null()).then(pl.col("sub").sum().over("ampdu_ref"))
+        .otherwise(pl.col("sub")).alias("ppdu_bytes"),
+        # bytes of the PPDU up to and including this subframe (record order is transmission order)
+        pl.when(pl.col("ampdu_ref").is_not_null()).then(pl.col("sub").cum_sum().over("ampdu_ref", order_by="_i"))
+        .otherwise(pl.col("sub")).alias("upto_bytes"))
+    # Is everything sent after this subframe in its A-MPDU in the capture?  Only then is the time
+    # from this MPDU's end to the PPDU's end known: a subframe the sniffer missed after it would
+    # make its end look later than it was.  Evidence: the last subframe (radiotap flag 0x08, when
+    # the driver says it knows the last one, 0x04) was seen, and sequence numbers run on by 1.
+    nxt = pl.col("wlan_seq").shift(-1).over("ampdu_ref", order_by="_i")
+    flags = pl.col("ampdu_flags").fill_null(0)
+    bad = (pl.when(is_last).then(((flags & 0x04) != 0) & ((flags & 0x08) == 0))
+           .otherwise(((nxt - pl.col("wlan_seq") + 4096) % 4096 != 1).fill_null(True)))
+    d = d.with_columns(pl.when(pl.col("ampdu_ref").is_not_null())
+                       .then(bad.cast(pl.Int32).cum_sum(reverse=True).over("ampdu_ref", order_by="_i") == 0)
+                       .otherwise(True).alias("tail_ok"))
+    ppdu_b = d["ppdu_bytes"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+    upto_b = d["upto_bytes"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+    dur = np.empty(d.height, dtype=np.float64)
+    upto = np.empty(d.height, dtype=np.float64)
+    # The formulas work element by element: in slices, their temporaries (and the PHY names as Python
+    # strings) stay small on millions of frames.
+    for lo in range(0, d.height, _SLICE):
+        p = d.slice(lo, _SLICE)
+        args = (p["rate"].to_numpy(), p["phy"].to_numpy(), p["nss"].to_numpy(), p["short"].to_numpy(),
+                p["sgi"].to_numpy(), p["gi"].fill_null(np.nan).to_numpy(), p["g24"].fill_null(False).to_numpy())
+        hi = lo + p.height
+        dur[lo:hi] = ppdu_duration_ns(ppdu_b[lo:hi], *args)
+        upto[lo:hi] = ppdu_duration_ns(upto_b[lo:hi], *args)
+        del p, args
+    upto = np.where(d["tail_ok"].to_numpy(), np.minimum(upto, dur), np.nan)
+    share = dur * d["sub"].cast(pl.Float64).fill_null(np.nan).to_numpy() / ppdu_b
+    return pl.DataFrame({
+        "mpdu_bytes": d["mpdu"],
+        "ppdu_bytes": d["ppdu_bytes"],
+        "ppdu_ns": pl.Series(np.round(dur), dtype=pl.Float64, nan_to_null=True).cast(pl.Int64),
+        "share_ns": pl.Series(np.round(share), dtype=pl.Float64, nan_to_null=True).cast(pl.Int64),
+        "upto_ns": pl.Series(np.round(upto), dtype=pl.Float64, nan_to_null=True).cast(pl.Int64),
+    }, schema=_AIRTIME_SCHEMA)
+
+
+def airtime_ns(df: pl.DataFrame) -> pl.Series:
+    """Return each record's PPDU duration in ns (an A-MPDU's whole PPDU on each subframe; null if unknown)."""
+    return airtime(df).get_column("ppdu_ns").alias("airtime_ns")

@@ -1,0 +1,401 @@
+"""One timeline: a bundle's captures read once, moved onto the reference clock, and its metric tables.
+
+`open_timeline(bundle)` (or `Bundle.timeline()`) reads every packet capture (only the columns the
+alignment and the metric modules use), aligns the clocks (`xlayer.timeline.align`), and keeps per capture a
+table in the packet schema plus:
+
+    capture_file, vantage, clock, kind   where the row comes from (manifest)
+    ts_ns                                the record's time on the reference clock (int64 epoch ns)
+    ts_local_ns                          the capture's own stamp
+    flow, conn, dir                      flow identity (`xlayer.timeline.flowkey`)
+
+Large bundles are spilled: each capture's table is written to an uncompressed Arrow IPC file in a
+temporary directory (removed with the Timeline, or by `Timeline.close`) and `packets()` maps it back
+(zero-copy, only the columns asked for are touched), so only what a metric module is working on is in
+memory; `open_timeline(..., spill=False)` keeps every table in memory instead.  A spilled timeline
+also writes each metric table there once its module has computed it (`table()` reads it back on each
+call), and holds what the alignment reads on disk while the captures are read.
+
+Metric tables are computed on first use by the modules in `MODULES`; each module has
+``NEEDS`` (packet columns it reads), ``TABLES`` (its tables' schemas, registered in `xlayer.metrics.schema`)
+and ``build(tl) -> {name: DataFrame}``.  `Timeline.table(name)` returns one, `Timeline.tables()` all.
+A capture the alignment could not place keeps its own stamps, and its tables say so through
+`Timeline.alignment`.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import tempfile
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from parsers.decode.ingest import IngestStats
+
+from xlayer.bundle.manifest import Bundle, BundleError, CaptureEntry, open_bundle
+from xlayer.timeline.flowkey import flow_exprs
+
+# Metric modules, in the order their tables are listed; a module may use the tables of earlier ones.
+MODULES: tuple[str, ...] = ("xlayer.metrics.join", "xlayer.metrics.flows", "xlayer.metrics.tcp", "xlayer.metrics.stations",
+                            "xlayer.metrics.host")
+ADDED = ("capture_file", "vantage", "clock", "kind", "ts_local_ns", "flow", "conn", "dir")
+
+
+def _modules() -> list[Any]:
+    out = []
+    for name in MODULES:
+        try:
+            out.append(importlib.import_module(name))
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+    return out
+
+
+def needed_columns() -> list[str]:
+    """Return the packet columns the alignment and every metric module read (schema order)."""
+    from parsers.schema import NAMES
+
+    import xlayer.timeline.match as mm
+
+    want = set(mm.READ_COLS) | {"frame", "ts_ns", "caplen", "malformed", "ip_src", "ip_dst", "ip_proto", "sport", "dport",
+                                  "tcp_len", "tcp_flags"}
+    for m in _modules():
+        want |= set(getattr(m, "NEEDS", ()))
+    return [c for c in NAMES if c in want]
+
+
+def _projected(columns: list[str]) -> dict[str, Any]:
+    """Return iter_tables' `columns=` argument when the parsers support a projection (else nothing)."""
+    import inspect
+
+    import parsers
+
+    return {"columns": columns} if "columns" in inspect.signature(parsers.iter_tables).parameters else {}
+
+
+def read_packets(path: str | os.PathLike, columns: list[str], decoder: str = "fast",
+                 progress: Callable[[int], None] | None = None, stats: Any = None) -> pl.DataFrame:
+    """Return a capture's packet table with only `columns`, read chunk by chunk (counts into `stats`)."""
+    import parsers
+    from parsers.schema import SCHEMA
+
+    parts = []
+    for chunk in parsers.iter_tables(path, decoder=decoder, progress=progress, stats=stats, **_projected(columns)):
+        parts.append(chunk.select([c for c in columns if c in chunk.columns]))
+    if not parts:
+        return pl.DataFrame(schema={c: SCHEMA[c] for c in columns})
+    return pl.concat(parts, rechunk=True)
+
+
+def _spill_read(path: str | os.PathLike, columns: list[str], keep: list[str], out_dir: str,
+                decoder: str = "fast", stats: Any = None) -> tuple[list[str], pl.DataFrame]:
+    """Write a capture's packet table (`columns`) chunk by chunk to IPC files in `out_dir`; return their
+    paths and the `keep` columns of the whole table (those the alignment reads), all-null columns dropped."""
+    import parsers
+    from parsers.schema import SCHEMA
+
+    files, parts = [], []
+    for i, chunk in enumerate(parsers.iter_tables(path, decoder=decoder, stats=stats, **_projected(columns))):
+        chunk = chunk.select([c for c in columns if c in chunk.columns])
+        f = os.path.join(out_dir, f"raw-{i:05d}.arrow")
+        chunk.write_ipc(f, compression="uncompressed")
+        files.append(f)
+        parts.append(chunk.select([c for c in keep if c in chunk.columns]))
+        del chunk
+    if not parts:
+        empty = pl.DataFrame(schema={c: SCHEMA[c] for c in columns})
+        f = os.path.join(out_dir, "raw-00000.arrow")
+        empty.write_ipc(f)
+        return [f], empty.select([c for c in keep if c in empty.columns])
+    small = pl.concat(parts, rechunk=True)
+    del parts
+    # A wired capture's radio and 802.11 columns are all null: the alignment reads absent ones as nulls.
+    nulls = [c for c in small.columns if c not in ("frame", "ts_ns") and small[c].null_count() == small.height]
+    return files, small.drop(nulls)
+
+
+@dataclass
+class Timeline:
+    """A bundle on one clock: aligned packet tables per capture, host state, and metric tables."""
+
+    bundle: Bundle
+    alignment: Any                                   # xlayer.timeline.align.Alignment
+    bin_ns: int = 100_000_000
+    _packets: dict[str, pl.DataFrame] = field(default_factory=dict, repr=False)
+    _tables: dict[str, pl.DataFrame] = field(default_factory=dict, repr=False)
+    _host: pl.DataFrame | None = field(default=None, repr=False)
+    errors: dict[str, str] = field(default_factory=dict)
+    read_stats: dict[str, Any] = field(default_factory=dict)       # parsers.IngestStats per capture read
+    # capture file -> its IPC file when the timeline is spilled (see module docstring)
+    _spilled: dict[str, str] = field(default_factory=dict, repr=False)
+    _spill_dir: str | None = field(default=None, repr=False)
+    # metric table -> its IPC file when spilled (tables are spilled with the packet tables)
+    _table_files: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def close(self) -> None:
+        """Remove the spill directory (tables already returned stay readable on POSIX systems)."""
+        if self._spill_dir is not None:
+            shutil.rmtree(self._spill_dir, ignore_errors=True)
+
+    # --- captures ---
+
+    def entries(self, kind: str | None = None) -> list[CaptureEntry]:
+        """Return the packet captures read (of one kind: 'air' or 'wired'), in manifest order."""
+        return [e for e in self.bundle.captures
+                if e.is_packets and (e.file in self._packets or e.file in self._spilled)
+                and (kind is None or e.kind == kind)]
+
+    def packets(self, which: str | CaptureEntry | None = None, columns: list[str] | None = None) -> pl.DataFrame:
+        """Return one capture's aligned packet table (file or vantage), or all of them concatenated;
+        only `columns` (those it has) when given."""
+        if which is None:
+            frames = [self.packets(e, columns) for e in self.entries()]
+            return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+        e = self._entry(which)
+        if e.file in self._spilled:
+            path = self._spilled[e.file]
+            if columns is not None:
+                have = set(pl.read_ipc_schema(path))
+                columns = [c for c in columns if c in have]
+            return pl.read_ipc(path, columns=columns)
+        if e.file not in self._packets:
+            raise BundleError(f"{e.file}: {self.errors.get(e.file, 'not a packet capture')}")
+        df = self._packets[e.file]
+        return df if columns is None else df.select([c for c in columns if c in df.columns])
+
+    def columns(self, which: str | CaptureEntry) -> list[str]:
+        """Return the column names of one capture's packet table."""
+        e = self._entry(which)
+        if e.file in self._spilled:
+            return list(pl.read_ipc_schema(self._spilled[e.file]))
+        return self.packets(e).columns
+
+    def _entry(self, which: str | CaptureEntry) -> CaptureEntry:
+        # A vantage names its packet capture even when a host-state file shares the vantage.
+        if isinstance(which, str) and all(c.file != which for c in self.bundle.captures):
+            at = [c for c in self.bundle.captures if c.vantage == which and c.is_packets]
+            if len(at) == 1:
+                return at[0]
+        return self.bundle.entry(which)
+
+    def host_state(self) -> pl.DataFrame:
+        """Return every host TCP state sample with ts_ns on the reference clock (ts_local_ns kept)."""
+        if self._host is None:
+            frames = []
+            for e in self.bundle.captures:
+                if e.is_packets:
+                    continue
+                try:
+                    df = self.bundle.scan(e).collect()
+                except Exception as exc:  # noqa: BLE001 - one unreadable sampler file must not stop the rest
+                    self.errors[e.file] = f"{type(exc).__name__}: {exc}"
+                    continue
+                frames.append(self._align(df, e))
+            self._host = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+        return self._host
+
+    def _align(self, df: Any, e: CaptureEntry) -> Any:
+        ca = self.alignment.capture(e.file)
+        df = df.with_columns(pl.col("ts_ns").cast(pl.Int64).alias("ts_local_ns"))
+        if ca.aligned:
+            df = df.with_columns(ca.to_reference_ns(pl.col("ts_ns").cast(pl.Int64)).alias("ts_ns"))
+        return df
+
+    # --- metric tables ---
+
+    def table(self, name: str) -> pl.DataFrame:
+        """Return one metric table by name (see `table_names`)."""
+        if name not in self._tables and name not in self._table_files:
+            for m in _modules():
+                if name in getattr(m, "TABLES", {}):
+                    built = m.build(self)
+                    if self._spill_dir is None:
+                        self._tables.update(built)
+                    else:
+                        # Spilled like the packet tables: written once, mapped back on each use, so the
+                        # finished tables of every module are not all held in memory at once.
+                        d = os.path.join(self._spill_dir, "tables")
+                        os.makedirs(d, exist_ok=True)
+                        for n in list(built):
+                            path = os.path.join(d, f"{n}.arrow")
+                            built.pop(n).write_ipc(path, compression="uncompressed")
+                            self._table_files[n] = path
+                    del built
+                    _release_freed_memory()
+                    break
+            else:
+                raise KeyError(f"no metric table {name!r} (tables: {', '.join(table_names())})")
+        if name in self._table_files:
+            return pl.read_ipc(self._table_files[name])
+        return self._tables[name]
+
+    def tables(self, progress: Callable[[str], None] | None = None) -> dict[str, pl.DataFrame]:
+        """Return every metric table by name, computing those not yet computed."""
+        for name in table_names():
+            if progress is not None:
+                progress(name)
+            self.table(name)
+        return {n: self.table(n) for n in table_names()}
+
+    def __getattr__(self, name: str) -> Callable[[], pl.DataFrame]:
+        # tl.flows(), tl.retransmissions() ...: a method per registered table, for notebooks.
+        if name.startswith("_") or name not in table_names():
+            raise AttributeError(name)
+        return lambda: self.table(name)
+
+
+def table_names() -> list[str]:
+    """Return the names of every metric table, in module order."""
+    return [n for m in _modules() for n in getattr(m, "TABLES", {})]
+
+
+def _release_freed_memory() -> None:
+    """Make glibc return large freed blocks to the system (no-op elsewhere).
+
+    glibc raises its mmap threshold each time a large mmapped block is freed, so after the first few
+    large numpy arrays every later one comes from the heap, which is never given back: the process
+    would keep its highest footprint for good.  A fixed threshold keeps large blocks mmapped.
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, 1 << 20)       # M_MMAP_THRESHOLD: 1 MiB, fixed
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+    # The decoders build Arrow arrays: pyarrow's pool keeps what they freed unless asked to let it go.
+    try:
+        import pyarrow
+
+        pyarrow.default_memory_pool().release_unused()
+    except (ImportError, AttributeError):
+        pass
+
+
+class _IpcTables(Mapping):
+    """Packet tables by capture file, each read from its IPC file only when asked for (not kept)."""
+
+    def __init__(self, files: dict[str, str]):
+        self._files = files
+
+    def __getitem__(self, file: str) -> pl.DataFrame:
+        return pl.read_ipc(self._files[file])
+
+    def __contains__(self, file: object) -> bool:
+        return file in self._files
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+
+# Spill the packet tables to disk when the bundle's packet captures hold more than this many bytes.
+SPILL_MIN_BYTES = 64 << 20
+
+
+def open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None = None, *, decoder: str = "fast",
+                  bin_ns: int = 100_000_000, progress: Callable[[str], None] | None = None,
+                  spill: bool | None = None) -> Timeline:
+    """Return the bundle's Timeline: captures read and aligned; metric tables computed on demand.
+
+    `spill` (default: when the packet captures total more than SPILL_MIN_BYTES) keeps the packet tables
+    in temporary IPC files instead of memory (module docstring).
+    """
+    created: list[str] = []
+    try:
+        return _open_timeline(bundle, reference, decoder, bin_ns, progress, spill, created)
+    except BaseException:
+        # a failure (or an interrupt) before the Timeline owns its spill directory: remove it here
+        for d in created:
+            shutil.rmtree(d, ignore_errors=True)
+        raise
+
+
+def _open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None, decoder: str, bin_ns: int,
+                   progress: Callable[[str], None] | None, spill: bool | None, created: list[str]) -> Timeline:
+    import xlayer.timeline.match as mm
+    from xlayer.timeline.align import align_bundle
+
+    if not isinstance(bundle, Bundle):
+        bundle = open_bundle(bundle)
+    _release_freed_memory()
+    cols = needed_columns()
+    if spill is None:
+        size = 0
+        for e in bundle.captures:
+            path = bundle.file_path(e)
+            if e.is_packets and path.is_file():
+                size += path.stat().st_size
+        spill = size > SPILL_MIN_BYTES
+    spill_dir = tempfile.mkdtemp(prefix="xlayer-timeline-") if spill else None
+    if spill_dir is not None:
+        created.append(spill_dir)
+    raw: dict[str, pl.DataFrame] = {}
+    raw_files: dict[str, list[str]] = {}
+    align_files: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    read_stats: dict[str, IngestStats] = {}
+    for n, e in enumerate(bundle.captures):
+        if not e.is_packets:
+            continue
+        if progress is not None:
+            progress(f"reading {e.file}")
+        try:
+            path = bundle.file_path(e)
+            if not path.is_file():
+                raise BundleError(f"{e.file}: capture file is missing from the bundle")
+            if spill_dir is None:
+                raw[e.file] = read_packets(path, cols, decoder, stats=read_stats.setdefault(e.file, IngestStats()))
+            else:
+                d = os.path.join(spill_dir, f"{n:03d}")
+                os.makedirs(d)
+                raw_files[e.file], small = _spill_read(path, cols, list(mm.READ_COLS), d, decoder,
+                                                       stats=read_stats.setdefault(e.file, IngestStats()))
+                # what the alignment reads is held on disk too until every capture is read: reading the
+                # next capture then holds no earlier capture in memory beside its decoder's buffers
+                align_files[e.file] = os.path.join(d, "align.arrow")
+                small.write_ipc(align_files[e.file], compression="uncompressed")
+                del small
+                _release_freed_memory()
+        except Exception as exc:  # noqa: BLE001 - one unreadable capture must not stop the others
+            errors[e.file] = f"{type(exc).__name__}: {exc}"
+    if progress is not None:
+        progress("aligning clocks")
+    # the alignment reads each capture's columns once, in turn: mapped back only then, so that one
+    # capture's are in memory at a time rather than all four beside the alignment's working tables
+    al = align_bundle(bundle, reference, decoder=decoder, tables=_IpcTables(align_files) if spill_dir else raw)
+    for f in align_files.values():
+        os.remove(f)
+    _release_freed_memory()
+    tl = Timeline(bundle, al, bin_ns=bin_ns, errors=errors, _spill_dir=spill_dir, read_stats=read_stats)
+    if spill_dir is not None:
+        weakref.finalize(tl, shutil.rmtree, spill_dir, True)
+    for e in bundle.captures:
+        if e.file not in (raw if spill_dir is None else raw_files):
+            continue
+        src: Any = raw.pop(e.file) if spill_dir is None else pl.scan_ipc(raw_files[e.file])
+        df = src.with_columns(
+            pl.lit(e.file, pl.String).alias("capture_file"), pl.lit(e.vantage, pl.String).alias("vantage"),
+            pl.lit(e.clock, pl.String).alias("clock"), pl.lit(e.kind, pl.String).alias("kind"),
+            *flow_exprs())
+        df = tl._align(df, e)
+        if spill_dir is None:
+            tl._packets[e.file] = df
+            continue
+        # One capture at a time, streamed chunk by chunk: transformed, written (mapped back zero-copy), raw removed.
+        path = os.path.join(os.path.dirname(raw_files[e.file][0]), "packets.arrow")
+        df.sink_ipc(path, compression="uncompressed")
+        for f in raw_files.pop(e.file):
+            os.remove(f)
+        tl._spilled[e.file] = path
+    return tl
