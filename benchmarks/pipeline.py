@@ -4,7 +4,7 @@
     python benchmarks/pipeline.py BUNDLE [--skip-tshark]
 
 Runs the pipeline as `xlayer metrics` does, in a child process (its peak RSS is its own):
-`xlayer.timeline.open.open_timeline(BUNDLE)` (every packet capture read once, clocks aligned), then
+`xlayer.open_timeline(BUNDLE)` (every packet capture read once, clocks aligned), then
 `xlayer.metrics.export.write_metrics` writing every metric table to Parquet in a temporary directory,
 module by module: each module computes its tables, they are written, and the caller holds none of
 them (a large bundle's timeline spills finished tables to its temporary Arrow files, as it does the
@@ -32,7 +32,7 @@ sys.path.insert(0, REPO)
 def child(bundle: str) -> None:
     """Run the pipeline and print one JSON line: rows per table, seconds per stage, peak RSS."""
     from xlayer.metrics.export import write_metrics
-    from xlayer.timeline.open import open_timeline
+    from xlayer.metrics import open_timeline
 
     t0 = time.perf_counter()
     tl = open_timeline(bundle)

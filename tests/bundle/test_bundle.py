@@ -13,9 +13,10 @@ import pytest
 
 import parsers
 from parsers import IngestStats, read_capture
-from xlayer.bundle.manifest import (MANIFEST, Bundle, BundleError, CaptureEntry, guess_format, load_manifest,
+from xlayer.bundle import packets, scan, tcp_state
+from xlayer.bundle.manifest import (MANIFEST, Bundle, BundleError, CaptureEntry, load_manifest,
                            open_bundle, write_manifest)
-from xlayer.cli.bundle import safe_text
+from xlayer.text import safe_text
 
 from tests.helpers.common import REPO
 from tests.helpers.pcapgen import write_udp_pcap
@@ -220,6 +221,9 @@ def test_entry_lookup_by_file_or_unique_vantage(tmp_path) -> None:
         b.entry("client")
 
 
+from xlayer.bundle import guess_format  # noqa: E402
+
+
 def test_guess_format_from_content(tmp_path) -> None:
     cases = {
         "ss.txt": SS_TEXT,
@@ -263,14 +267,14 @@ def test_guess_format_of_corpus_files() -> None:
 def test_scan_adds_columns_and_matches_read_capture(tmp_path) -> None:
     write_udp_pcap(tmp_path / "ap.pcap", 500)
     b = make_bundle(tmp_path, {"ap.pcap": ("wired", "ap")})
-    got = b.scan("ap").collect()
+    got = scan(b, "ap").collect()
     want = read_capture(tmp_path / "ap.pcap")
     assert got.drop("capture_file", "vantage", "clock").equals(want)
     assert got.get_column("vantage").unique().to_list() == ["ap"]
     assert got.get_column("clock").unique().to_list() == ["ap"]
     assert got.get_column("capture_file").unique().to_list() == ["ap.pcap"]
     # Pushed-down filter, projection and limit give what the eager table gives.
-    lazy = b.scan("ap.pcap").filter(pl.col("frame") > 100).select("frame", "vantage").head(7).collect()
+    lazy = scan(b, "ap.pcap").filter(pl.col("frame") > 100).select("frame", "vantage").head(7).collect()
     assert lazy.get_column("frame").to_list() == list(range(101, 108))
 
 
@@ -286,10 +290,10 @@ def test_scan_streams_chunks_and_stops_early(tmp_path, monkeypatch) -> None:
             yield df
 
     monkeypatch.setattr(parsers.decode.ingest, "iter_tables", small_chunks)
-    assert b.scan("server").head(10).collect().height == 10
+    assert scan(b, "server").head(10).collect().height == 10
     assert len(chunks) == 1              # the first chunk held enough rows: the rest was never read
     chunks.clear()
-    assert b.scan("server").select(pl.len()).collect().item() == 20_000
+    assert scan(b, "server").select(pl.len()).collect().item() == 20_000
     assert len(chunks) > 1
 
 
@@ -305,8 +309,8 @@ def test_scan_reads_nothing_before_collect(tmp_path, monkeypatch) -> None:
         return real(path, **kw)
 
     monkeypatch.setattr(parsers.decode.ingest, "iter_tables", counting)
-    lf = b.scan("ap").filter(pl.col("wirelen") > 0)
-    both = b.packets().group_by("vantage").len()
+    lf = scan(b, "ap").filter(pl.col("wirelen") > 0)
+    both = packets(b).group_by("vantage").len()
     assert lf.collect_schema()["vantage"] == pl.String
     assert calls == []
     # Change the file after scan(): the rows come from the file as it is at collect().
@@ -332,7 +336,7 @@ def test_tcp_state_scan_reads_nothing_before_collect(tmp_path, monkeypatch) -> N
         return real(path, *a, **kw)
 
     monkeypatch.setattr(parsers.hoststate.ss, "read_ss", counting)
-    lf = b.tcp_state().filter(pl.col("cwnd") > 12).select("cwnd", "clock")
+    lf = tcp_state(b).filter(pl.col("cwnd") > 12).select("cwnd", "clock")
     assert lf.collect_schema()["clock"] == pl.String and calls == []
     assert lf.collect().rows() == [(14, "server")]
     assert len(calls) == 1
@@ -343,19 +347,19 @@ def test_packets_concatenates_corpus_captures(tmp_path) -> None:
     os.symlink(air, tmp_path / "sniffer.pcap")
     os.symlink(wired, tmp_path / "server.pcapng")
     b = make_bundle(tmp_path, {"sniffer.pcap": ("air", "sniffer"), "server.pcapng": ("wired", "server")})
-    df = b.packets().collect()
+    df = packets(b).collect()
     n_air, n_wired = read_capture(air).height, read_capture(wired).height
     assert n_air == 192
     assert df.height == n_air + n_wired
     per = dict(df.group_by("vantage").agg(pl.col("linktype").first()).iter_rows())
     assert per == {"sniffer": 127, "server": 1}
-    assert b.tcp_state().collect().height == 0
+    assert tcp_state(b).collect().height == 0
 
 
 def test_missing_capture_file_is_a_clear_error(tmp_path) -> None:
     b = make_bundle(tmp_path, {"gone.pcap": ("wired", "ap")})
     with pytest.raises(BundleError, match="gone.pcap: capture file is missing"):
-        b.scan("ap")
+        scan(b, "ap")
 
 
 def test_tcp_state_from_ss_text(tmp_path) -> None:
@@ -363,7 +367,7 @@ def test_tcp_state_from_ss_text(tmp_path) -> None:
         pytest.skip("parsers.hoststate.ss (the ss -tin reader) is not in this tree yet")
     (tmp_path / "server-ss.txt").write_text(SS_TEXT)
     b = make_bundle(tmp_path, {"server-ss.txt": ("tcp_state", "server")})
-    df = b.tcp_state().collect()
+    df = tcp_state(b).collect()
     assert df.height == 2
     assert df.get_column("vantage").to_list() == ["server", "server"]
     assert df.get_column("capture_file").unique().to_list() == ["server-ss.txt"]
@@ -384,7 +388,7 @@ def test_tcp_state_concatenates_every_host_format(tmp_path) -> None:
                                "client.flent.gz": ("tcp_state", "client"),
                                "server-ss.txt": ("tcp_state", "server"),
                                "ti.jsonl": ("tcp_state", "server")})
-    df = b.tcp_state().collect()
+    df = tcp_state(b).collect()
     per = dict(df.group_by("capture_file").len().iter_rows())
     assert set(per) == {"client.json", "client.flent.gz", "server-ss.txt", "ti.jsonl"}
     assert per["server-ss.txt"] == 2 and per["ti.jsonl"] == 1 and per["client.json"] > 0
@@ -518,7 +522,7 @@ def test_cli_new_keeps_a_file_already_in_the_bundle(tmp_path) -> None:
     p = xlayer("bundle", "new", str(out), "--wired", f"ap={out / 'ap.pcap'}")
     assert p.returncode == 0, p.stderr
     assert "kept ap.pcap" in p.stdout and "with 1 capture\n" in p.stdout
-    assert open_bundle(out).scan("ap").collect().height == 5
+    assert scan(open_bundle(out), "ap").collect().height == 5
 
 
 def test_cli_show_escapes_terminal_control(tmp_path) -> None:

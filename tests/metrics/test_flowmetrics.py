@@ -19,7 +19,7 @@ LAB = REPO / "samples" / "lab-queue_overflow"
 
 @lru_cache(maxsize=None)
 def _timeline(path: str):
-    from xlayer.timeline.open import open_timeline
+    from xlayer.metrics import open_timeline
 
     return open_timeline(path)
 

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from tests.helpers.common import REPO, sim_bundle
-from xlayer.timeline.open import open_timeline
+from xlayer.metrics import open_timeline
 
 _CACHE: dict[str, dict[str, pl.DataFrame]] = {}
 

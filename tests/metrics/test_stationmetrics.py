@@ -27,7 +27,7 @@ def _by_mac(stations: pl.DataFrame, truth: dict) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def timelines():
-    from xlayer.timeline.open import open_timeline
+    from xlayer.metrics import open_timeline
 
     cache: dict = {}
 

@@ -12,7 +12,7 @@ import parsers
 from parsers.schema import SCHEMA
 from tests.helpers.common import REPO, sim_bundle
 import xlayer.metrics.tcp as te
-from xlayer.timeline.open import open_timeline
+from xlayer.metrics import open_timeline
 
 LAB = REPO / "samples"
 

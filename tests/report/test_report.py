@@ -74,7 +74,7 @@ def bundle(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def timeline(bundle):
-    from xlayer.timeline.open import open_timeline
+    from xlayer.metrics import open_timeline
 
     return open_timeline(bundle)
 
@@ -253,7 +253,7 @@ def test_wired_only_bundle_leaves_panels_out_with_reasons(tmp_path):
     """A lab bundle (wired + host state, no radio) draws what it has and says why the rest is absent."""
     from xlayer.attribution.incidents import Analysis
     from xlayer.report.page import PANELS, build_report
-    from xlayer.timeline.open import open_timeline
+    from xlayer.metrics import open_timeline
 
     lab = REPO / "samples" / "lab-delay_spike"
     if not (lab / "bundle.json").exists():
@@ -285,7 +285,7 @@ def test_shipped_hostile_ssid_sample(browser, tmp_path):
 
     from xlayer.attribution.analyze import analyze
     from xlayer.report.page import build_report
-    from xlayer.timeline.open import open_timeline
+    from xlayer.metrics import open_timeline
 
     sample = REPO / "samples" / "sim-baseline"
     if not (sample / "bundle.json").is_file():

@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from xlayer.bundle import tcp_state
 from xlayer.testbeds.sim import clocks
 from xlayer.testbeds.sim.scenarios import CAUSES, SCENARIOS, get_scenario
 
@@ -168,7 +169,7 @@ def _check_bundle(out: Path, truth: dict, fragments_ok: bool = False) -> dict[st
     st = parsers.read_tcpinfo_jsonl(out / "server-tcp.jsonl", "server")
     assert st.height > 0 and st.get_column("malformed").drop_nulls().len() == 0
     assert st.get_column("cwnd").drop_nulls().len() > 0 and st.get_column("rto_us").drop_nulls().min() > 0
-    assert b.tcp_state().collect().height == st.height
+    assert tcp_state(b).collect().height == st.height
     assert {c["cause"] for c in truth["causes"]} <= set(CAUSES)
     return frames
 

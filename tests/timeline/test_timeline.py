@@ -19,7 +19,7 @@ import pytest
 from tests.helpers.common import REPO, sim_bundle
 from xlayer.timeline.flowkey import flow_name, with_flow
 from xlayer.metrics.schema import REGISTRY, schema_of
-from xlayer.timeline.open import open_timeline, table_names
+from xlayer.metrics import open_timeline, table_names
 
 ROOT = REPO
 SAMPLES = ROOT / "samples"

@@ -23,7 +23,8 @@ from xlayer.attribution.causes import causes
 from xlayer.attribution.causes.base import NS, Context, Window
 from xlayer.attribution.drops import DropConfig, data_flows, find_drops, flow_goodput, merge_windows
 from xlayer.attribution.incidents import Analysis, Incident
-from xlayer.timeline.open import Timeline, open_timeline
+from xlayer.metrics import open_timeline
+from xlayer.timeline import Timeline
 
 MIN_CONFIDENCE = 0.2
 

@@ -11,19 +11,14 @@ import contextlib
 import json
 import math
 import os
-import re
 import tempfile
-import zlib
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
-import polars as pl
 
 MANIFEST = "bundle.json"
-CACHE_DIR = ".xlayer-cache"
 VERSION = 1
 KINDS = ("air", "wired", "tcp_state")
 PACKET_KINDS = ("air", "wired")
@@ -32,15 +27,6 @@ STATE_FORMATS = ("ss", "tcpinfo-jsonl", "iperf3-json", "flent")
 FORMATS = PACKET_FORMATS + STATE_FORMATS
 STOP_REASONS = ("duration", "SIGINT", "SIGTERM", "disk_full", "error")
 ADDED_COLUMNS = ("capture_file", "vantage", "clock")
-
-# format -> (module under parsers, function); imported only when a table is read, because those
-# parsers are written independently and a bundle must still open while one of them is missing.
-STATE_READERS = {
-    "ss": ("parsers.hoststate.ss", "read_ss"),
-    "tcpinfo-jsonl": ("parsers.hoststate.tcpinfo", "read_tcpinfo_jsonl"),
-    "iperf3-json": ("parsers.hoststate.iperf3", "read_iperf3_json"),
-    "flent": ("parsers.hoststate.iperf3", "read_flent"),
-}
 
 
 class BundleError(Exception):
@@ -144,8 +130,8 @@ def check_relative_path(p: Any, where: str) -> str:
                               "to the bundle directory")
         if ".." in pure.parts:
             raise BundleError(f"{where}: file {p!r} leaves the bundle directory ('..')")
-    if PurePosixPath(p).parts[0] in (MANIFEST, CACHE_DIR):
-        raise BundleError(f"{where}: file {p!r} names the bundle's own manifest or cache")
+    if PurePosixPath(p).parts[0] == MANIFEST:
+        raise BundleError(f"{where}: file {p!r} names the bundle's own manifest")
     return p
 
 
@@ -284,77 +270,6 @@ class Bundle:
             out.setdefault(c.clock, []).append(c)
         return out
 
-    # --- tables ---
-
-    def scan(self, which: str | CaptureEntry, decoder: str = "fast") -> pl.LazyFrame:
-        """Return one capture as a lazy table with capture_file, vantage and clock columns added.
-
-        Nothing is read until the frame is collected; packet captures are then streamed chunk by
-        chunk, so a filtered or head()-limited query does not hold the whole file in memory.
-        """
-        e = self.entry(which)
-        path = self.file_path(e)
-        # A stat, not a read: fail here, where the caller named the capture, not deep inside collect().
-        if not path.is_file():
-            raise BundleError(f"{e.file}: capture file is missing from the bundle ({path})")
-        consts = {"capture_file": e.file, "vantage": e.vantage, "clock": e.clock}
-        if e.is_packets:
-            return _packet_frame(path, consts, decoder)
-        return _state_frame(path, consts, e.format)
-
-    def packets(self, decoder: str = "fast") -> pl.LazyFrame:
-        """Return all packet captures (air and wired) as one lazy table, concatenated diagonally."""
-        frames = [self.scan(c, decoder) for c in self.captures if c.is_packets]
-        if not frames:
-            from parsers.schema import SCHEMA
-
-            return pl.LazyFrame(schema=_with_added(SCHEMA))
-        return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal")
-
-    def tcp_state(self) -> pl.LazyFrame:
-        """Return all host TCP state captures as one lazy table, concatenated diagonally."""
-        frames = [self.scan(c) for c in self.captures if not c.is_packets]
-        if not frames:
-            from parsers.hoststate.common import SCHEMA
-
-            return pl.LazyFrame(schema=_with_added(SCHEMA))
-        return frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal")
-
-    def timeline(self, reference: str | None = None, **kw: Any) -> Any:
-        """Return this bundle's `xlayer.timeline.open.Timeline`: captures aligned, metric tables on demand."""
-        from xlayer.timeline.open import open_timeline
-
-        return open_timeline(self, reference, **kw)
-
-    def describe(self, decoder: str = "fast") -> dict[str, Any]:
-        """Return the manifest plus, per capture, what reading it found (counts, span, errors)."""
-        d = self.to_dict()
-        d["path"] = str(self.path) if self.path is not None else None
-        d["captures"] = [dict(c.to_dict(), **self._read_summary(c, decoder)) for c in self.captures]
-        return d
-
-    def _read_summary(self, e: CaptureEntry, decoder: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"records": None, "first_ts_ns": None, "last_ts_ns": None, "error": None}
-        try:
-            path = self.file_path(e)
-            if not path.is_file():
-                raise BundleError(f"{e.file}: capture file is missing from the bundle")
-            out["file_bytes"] = path.stat().st_size
-            out["format"] = e.format or guess_format(path)
-            if e.is_packets:
-                out.update(_packet_summary(path, decoder))
-            else:
-                df = _read_state(path, out["format"], e.vantage)
-                out["records"] = df.height
-                out["malformed"] = df.get_column("malformed").drop_nulls().len()
-                out["first_ts_ns"], out["last_ts_ns"] = _time_span(df)
-        except BundleError as exc:
-            out["error"] = str(exc)
-        except OSError as exc:
-            out["error"] = f"{e.file}: {exc.strerror or exc}"
-        except Exception as exc:  # noqa: BLE001 - one unreadable capture must not hide the others
-            out["error"] = f"{e.file}: {type(exc).__name__}: {exc}"
-        return out
 
 
 def check_bundle(b: Bundle, where: str = MANIFEST) -> None:
@@ -462,228 +377,3 @@ def write_manifest(dir: str | os.PathLike, bundle: Bundle) -> Path:
 def utc_now() -> str:
     """Return the current time as the manifest's `created` text (UTC, microseconds, 'Z')."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-# ---------------------------------------------------------------------------------------------
-# format guessing (pure on bytes; one small read at the edge)
-
-_PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
-                b"\x34\xcd\xb2\xa1", b"\xa1\xb2\xcd\x34"}
-_SS_HEADER = re.compile(rb"^(Netid\s+)?State\s+Recv-Q\s+Send-Q", re.M)
-_SS_STAMP = re.compile(rb"^#\s*\d{9,}(\.\d+)?\s*$", re.M)
-# `ss -tinH` prints no header: a socket line starts with a state name and the two queue sizes.
-_SS_SOCKET = re.compile(rb"^(ESTAB|SYN-SENT|SYN-RECV|FIN-WAIT-[12]|TIME-WAIT|CLOSE-WAIT|LAST-ACK|LISTEN|"
-                        rb"CLOSING|UNCONN|NEW-SYN-RECV)\s+\d+\s+\d+\s")
-_HEAD = 64 << 10
-_WHOLE_MAX = 256 << 20   # iperf3 and flent results are far smaller; anything bigger is not one
-
-
-def guess_format_bytes(head: bytes, whole: Callable[[], bytes] | None = None) -> str | None:
-    """Return the format a file starting with `head` is in, or None; `whole` gives all bytes if needed."""
-    if head[:4] in _PCAP_MAGICS:
-        return "pcap"
-    if head[:4] == b"\x0a\x0d\x0d\x0a":
-        return "pcapng"
-    if head[:2] == b"\x1f\x8b":
-        # flent stores its results as gzipped JSON; look inside rather than trust the name.
-        try:
-            inner = _gunzip_capped(whole() if whole is not None else head, _WHOLE_MAX)
-        except zlib.error:
-            return None
-        return "flent" if _json_kind(inner) == "flent" else None
-    # tcp_info JSON lines may open with '#' comment lines; ss text with '# <epoch>' stamps.
-    first = next((ln.strip() for ln in head.splitlines()
-                  if ln.strip() and not ln.lstrip().startswith(b"#")), b"")
-    if first.startswith(b"{"):
-        try:
-            obj = json.loads(first)
-        except ValueError:
-            obj = None   # a JSON document spread over lines (iperf3 -J), or a line longer than head
-        if isinstance(obj, dict):
-            kind = _object_kind(obj)
-            if kind is not None:
-                return kind
-            if _looks_like_tcpinfo(obj):
-                return "tcpinfo-jsonl"
-        return _json_kind(whole() if whole is not None else head)
-    if _SS_HEADER.search(head) or _SS_STAMP.search(head) or _SS_SOCKET.match(first):
-        return "ss"
-    return None
-
-
-def _gunzip_capped(data: bytes, limit: int) -> bytes:
-    # A bounded inflate: a small hostile .gz must not expand into all of memory just to be guessed.
-    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    return d.decompress(data, limit)
-
-
-def _looks_like_tcpinfo(obj: dict[str, Any]) -> bool:
-    if any(str(k).startswith("tcpi_") for k in _keys_deep(obj)):
-        return True
-    # parsers.hoststate.tcpinfo allows the tcpi_ prefix to be left out; a timestamp plus a socket still says it.
-    return ("ts_ns" in obj or "ts" in obj) and any(k in obj for k in ("sport", "dport", "state"))
-
-
-def _keys_deep(obj: Any, depth: int = 0) -> Iterator[str]:
-    # tcp_info may be nested one level down ({"ts": .., "tcp_info": {"tcpi_rtt": ..}}).
-    if isinstance(obj, dict) and depth < 3:
-        for k, v in obj.items():
-            yield k
-            yield from _keys_deep(v, depth + 1)
-
-
-def _json_kind(data: bytes) -> str | None:
-    try:
-        obj = json.loads(data)
-    except (ValueError, RecursionError):
-        return None
-    return _object_kind(obj) if isinstance(obj, dict) else None
-
-
-def _object_kind(obj: dict[str, Any]) -> str | None:
-    if "start" in obj and "intervals" in obj:
-        return "iperf3-json"
-    if "metadata" in obj and ("raw_values" in obj or "results" in obj or "x_values" in obj):
-        return "flent"
-    return None
-
-
-def guess_format(path: str | os.PathLike) -> str:
-    """Return the format of the file at `path` from its content; raise BundleError if unknown."""
-    p = Path(path)
-    try:
-        with p.open("rb") as fh:
-            head = fh.read(_HEAD)
-    except OSError as exc:
-        raise BundleError(f"{p}: cannot read: {exc.strerror or exc}") from None
-
-    def whole() -> bytes:
-        return p.read_bytes() if p.stat().st_size <= _WHOLE_MAX else b""
-
-    fmt = guess_format_bytes(head, whole)
-    if fmt is None:
-        raise BundleError(f"{p}: cannot tell the format (not pcap, pcapng, ss text, tcp_info JSON lines, "
-                          "iperf3 JSON or flent data)")
-    return fmt
-
-
-# ---------------------------------------------------------------------------------------------
-# lazy tables
-
-def _with_added(schema: Any) -> pl.Schema:
-    s = pl.Schema(schema)
-    for k in ADDED_COLUMNS:
-        s[k] = pl.String
-    return s
-
-
-def _finish(df: pl.DataFrame, consts: dict[str, str], predicate: pl.Expr | None,
-            with_columns: list[str] | None) -> pl.DataFrame:
-    df = df.with_columns(pl.lit(v, dtype=pl.String).alias(k) for k, v in consts.items())
-    # Filter before projecting: the predicate may use columns the projection leaves out.
-    if predicate is not None:
-        df = df.filter(predicate)
-    if with_columns is not None:
-        df = df.select(with_columns)
-    return df
-
-
-def _packet_frame(path: Path, consts: dict[str, str], decoder: str) -> pl.LazyFrame:
-    from polars.io.plugins import register_io_source
-
-    from parsers.schema import SCHEMA
-
-    def source(with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None,
-               batch_size: int | None) -> Iterator[pl.DataFrame]:  # noqa: ARG001 - plugin signature
-        import parsers
-
-        left = n_rows
-        # Looked up at call time, so the reader is imported only when the frame is collected.
-        with contextlib.closing(parsers.iter_tables(path, decoder=decoder)) as chunks:
-            for chunk in chunks:
-                df = _finish(chunk, consts, predicate, with_columns)
-                if left is not None:
-                    df = df.head(left)
-                    left -= df.height
-                yield df
-                if left is not None and left <= 0:
-                    return
-
-    return register_io_source(source, schema=_with_added(SCHEMA), explain_name="xlayer bundle capture",
-                              explain_detail=str(consts["capture_file"]))
-
-
-def _read_state(path: Path, fmt: str | None, vantage: str) -> pl.DataFrame:
-    """Return a host-state file as a table in parsers.hoststate.common's schema (format guessed if None)."""
-    from parsers.hoststate.common import SCHEMA
-
-    fmt = fmt or guess_format(path)
-    if fmt not in STATE_READERS:
-        raise BundleError(f"{path.name}: {fmt} is not a host TCP state format")
-    mod_name, fn_name = STATE_READERS[fmt]
-    import importlib
-
-    try:
-        fn = getattr(importlib.import_module(mod_name), fn_name)
-    except (ImportError, AttributeError):
-        raise BundleError(f"{path.name}: reading {fmt} needs {mod_name}.{fn_name}, "
-                          "which this installation does not have") from None
-    df = fn(path, vantage)   # every host-state reader names the rows' vantage itself
-    # The lazy frame promised this schema before reading; hold the reader to it.
-    return df.select(pl.col(k).cast(v) if k in df.columns else pl.lit(None, dtype=v).alias(k)
-                     for k, v in SCHEMA.items())
-
-
-def _state_frame(path: Path, consts: dict[str, str], fmt: str | None) -> pl.LazyFrame:
-    from polars.io.plugins import register_io_source
-
-    from parsers.hoststate.common import SCHEMA
-
-    def source(with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None,
-               batch_size: int | None) -> Iterator[pl.DataFrame]:  # noqa: ARG001 - plugin signature
-        df = _finish(_read_state(path, fmt, consts["vantage"]), consts, predicate, with_columns)
-        yield df if n_rows is None else df.head(n_rows)
-
-    return register_io_source(source, schema=_with_added(SCHEMA), explain_name="xlayer bundle tcp_state",
-                              explain_detail=str(consts["capture_file"]))
-
-
-def _packet_summary(path: Path, decoder: str) -> dict[str, Any]:
-    import parsers
-
-    st = parsers.IngestStats()
-    try:
-        for _ in parsers.iter_tables(path, decoder=decoder, stats=st):
-            pass
-    except parsers.CaptureError as exc:
-        raise BundleError(f"{path.name}: {exc}") from None
-    return {"records": st.records, "malformed": st.malformed, "first_ts_ns": st.first_ts_ns,
-            "last_ts_ns": st.last_ts_ns, "container": st.format,
-            "linktypes": {str(k): v for k, v in sorted(st.linktypes.items())},
-            "interfaces": st.interfaces, "truncated_tail": st.truncated_tail, "read_error": st.error,
-            "warnings": list(st.warnings)}
-
-
-_TIME_NAMES = ("ts_ns", "time_ns", "timestamp_ns")
-_SECONDS_NAMES = ("ts", "timestamp", "time", "epoch", "ts_s", "time_s")
-
-
-def _time_span(df: pl.DataFrame) -> tuple[int | None, int | None]:
-    """Return the first and last timestamp of a host-state table as epoch ns, if it has a time column."""
-    if df.height == 0:
-        return None, None
-    for name, dt in df.schema.items():
-        if isinstance(dt, pl.Datetime):
-            s = df.get_column(name).dt.epoch("ns").drop_nulls()
-            return (int(s.min()), int(s.max())) if len(s) else (None, None)
-    for names, scale in ((_TIME_NAMES, 1), (_SECONDS_NAMES, 1_000_000_000)):
-        for name in names:
-            if name in df.columns and df.schema[name].is_numeric():
-                s = df.get_column(name).drop_nulls()
-                if len(s):
-                    return int(round(s.min() * scale)), int(round(s.max() * scale))
-    return None, None
-
-
-__all__ = ["Bundle", "BundleError", "CaptureEntry", "FORMATS", "KINDS", "guess_format", "guess_format_bytes",
-           "load_manifest", "open_bundle", "utc_now", "write_manifest"]

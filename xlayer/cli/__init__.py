@@ -1,1 +1,10 @@
-"""The `xlayer` command line: one module per command."""
+"""The `xlayer` command line: one module per command, each with `register(subparsers)`.
+
+`COMMANDS` is the registry, in the order `xlayer --help` lists them; adding a command is one module
+here and one entry in the list.
+"""
+from xlayer.cli import align, analyze, bundle, capture, ingest, lab, metrics, report, sim
+
+COMMANDS = (ingest, bundle, capture, lab, sim, align, metrics, analyze, report)
+
+__all__ = ["COMMANDS"]

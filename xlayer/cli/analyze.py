@@ -4,24 +4,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
 from typing import Any
 
 from xlayer.bundle.manifest import BundleError
+from xlayer.text import clock_text
 from xlayer.signals import Stop, stop_on_sigterm
 
 
 
 
-def _clock(s: float | None) -> str:
-    if s is None:
-        return "-"
-    return datetime.fromtimestamp(s, tz=timezone.utc).strftime("%H:%M:%S.%f")[:-3]
-
-
 def summary_text(an: Any) -> str:
     """Return the analysis as readable text: flows, then incidents ranked with one sentence each."""
-    from xlayer.cli.bundle import safe_text as t
+    from xlayer.text import safe_text as t
 
     lines = []
     tags = ", ".join(f"{t(k)}={t(v)}" for k, v in an.tags.items())
@@ -32,13 +26,13 @@ def summary_text(an: Any) -> str:
     for f in an.flows:
         st = f" to/from {t(f['station'])}" if f.get("station") else ""
         lines.append(f"  {t(f['flow'])}{st}: {f['goodput_bps'] / 1e6:.2f} Mbit/s goodput at {t(f['vantage'])}, "
-                     f"{_clock(f['start'])}-{_clock(f['end'])}")
+                     f"{clock_text(f['start'])}-{clock_text(f['end'])}")
     if not an.incidents:
         lines.append("no incident: no flow dropped below its steady state and no condition held")
     else:
         lines.append(f"incidents ({len(an.incidents)}), most certain first:")
     for k, inc in enumerate(an.incidents, 1):
-        span = f"{_clock(inc.start_ns / 1e9)}-{_clock(inc.end_ns / 1e9)} ({(inc.end_ns - inc.start_ns) / 1e9:.1f} s)"
+        span = f"{clock_text(inc.start_ns / 1e9)}-{clock_text(inc.end_ns / 1e9)} ({(inc.end_ns - inc.start_ns) / 1e9:.1f} s)"
         if not inc.findings:
             lines.append(f" {k}. {span} {inc.kind}: no cause found; flows {t(', '.join(inc.flows))}")
             continue
@@ -60,7 +54,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from xlayer.attribution.analyze import analyze
-    from xlayer.cli.bundle import safe_text
+    from xlayer.text import safe_text
     from xlayer.attribution.drops import DropConfig
 
     stop_on_sigterm()

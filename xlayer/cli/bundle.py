@@ -12,12 +12,13 @@ import socket
 import sys
 import tempfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from xlayer.bundle.manifest import (CACHE_DIR, MANIFEST, PACKET_FORMATS, STATE_FORMATS, Bundle, BundleError,
-                                    CaptureEntry, guess_format, open_bundle, utc_now, write_manifest)
+from xlayer.text import iso_ns, safe_text
+from xlayer.bundle.manifest import (MANIFEST, PACKET_FORMATS, STATE_FORMATS, Bundle, BundleError,
+                                    CaptureEntry, open_bundle, utc_now, write_manifest)
+from xlayer.bundle.tables import describe, guess_format
 
 _VANTAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _KIND_OPTION = {"air": "--air", "wired": "--wired", "tcp_state": "--tcp-state"}
@@ -27,35 +28,6 @@ class Refusal(Exception):
     """A request the command turns down before touching anything: printed as one line, exit 2."""
 
 
-# ---------------------------------------------------------------------------------------------
-# terminal-safe text
-
-def safe_text(s: object) -> str:
-    """Return text safe to print on a terminal: non-printable characters become \\xNN / \\uNNNN."""
-    if s is None:
-        return "-"
-    out = []
-    for ch in str(s):
-        o = ord(ch)
-        if ch.isprintable() or ch == " ":
-            out.append(ch)
-        elif 0xDC80 <= o <= 0xDCFF:   # a byte that was not UTF-8 (surrogateescape): show the byte
-            out.append(f"\\x{o - 0xDC00:02x}")
-        elif o < 0x100:
-            out.append(f"\\x{o:02x}")
-        elif o < 0x10000:
-            out.append(f"\\u{o:04x}")
-        else:
-            out.append(f"\\U{o:08x}")
-    return "".join(out)
-
-
-def iso_ns(ns: int | None) -> str | None:
-    """Return epoch nanoseconds as UTC ISO 8601 text with all nine digits, or None."""
-    if ns is None:
-        return None
-    sec, frac = divmod(int(ns), 1_000_000_000)
-    return datetime.fromtimestamp(sec, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,7 +86,7 @@ def plan_placements(inputs: list[tuple[str, str]]) -> list[Placement]:
         if not src.is_file():
             raise Refusal(f"{option} {vantage}={file}: not a regular file")
         name = src.name
-        if name in (MANIFEST, CACHE_DIR) or name.startswith(f".{MANIFEST}."):
+        if name == MANIFEST or name.startswith(f".{MANIFEST}."):
             raise Refusal(f"{option} {vantage}={file}: the name {name!r} is reserved for the bundle itself")
         if name in names:
             raise Refusal(f"{option} {vantage}={file}: would land on the same file name {name!r} as "
@@ -276,7 +248,7 @@ def _add_times(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_show(d: dict[str, Any]) -> list[str]:
-    """Return the text lines of `bundle show` for a Bundle.describe() result (all text escaped)."""
+    """Return the text lines of `bundle show` for an xlayer.bundle.describe() result (all text escaped)."""
     from parsers.decode.registry import linktype_name
 
     t = safe_text
@@ -359,7 +331,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print(f"xlayer bundle show: {safe_text(exc)}", file=sys.stderr)
         return 2
     try:
-        d = bundle.describe(decoder=args.decoder)
+        d = describe(bundle, decoder=args.decoder)
     except KeyboardInterrupt:
         return 130
     for c in d["captures"]:

@@ -1,116 +1,12 @@
-"""The `xlayer` command line."""
+"""The `xlayer` command: the argument parser of every command in `xlayer.cli.COMMANDS`, and `main`."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
 
-from parsers.decode.ingest import IngestStats
-from parsers.formats.records import CaptureError
-from parsers.decode.registry import linktype_name
-
-import xlayer.ingest as ingest_mod
-from xlayer.signals import Stop, stop_on_sigterm
-
-
-
-
-def _text(s: object) -> str:
-    """Return capture-derived text safe to print on a terminal (one escaping rule for every command)."""
-    from xlayer.cli.bundle import safe_text
-
-    return safe_text(s)
-
-
-def _seconds(ns: int | None) -> str:
-    if ns is None:
-        return "-"
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).isoformat(timespec="microseconds")
-
-
-def _print_counts(st: IngestStats, out=sys.stdout) -> None:
-    print(f"records read: {st.records}", file=out)
-    print(f"decoded: {st.decoded}", file=out)
-    print(f"malformed: {st.malformed}", file=out)
-    print(f"passed to the reference decoder: {st.fallback}", file=out)
-    print(f"skipped bytes: {st.skipped_bytes}", file=out)
-    if st.truncated_tail:
-        print("note: the file ends inside its last record (cut short); that record was skipped", file=out)
-    if st.error:
-        print(f"note: reading stopped early: {_text(st.error)}", file=out)
-    for w in st.warnings:
-        print(f"warning: {_text(w)}", file=out)
-    for reason, n in st.malformed_reasons.most_common(10):
-        print(f"  malformed x{n}: {_text(reason)}", file=out)
-
-
-def _rows_in(parquet: str) -> int:
-    """Return the number of rows a Parquet file holds (0 if it cannot be read)."""
-    import pyarrow.parquet as pq
-
-    try:
-        return pq.ParquetFile(parquet).metadata.num_rows
-    except (OSError, ValueError):
-        return 0
-
-
-def cmd_ingest(args: argparse.Namespace) -> int:
-    """Write a capture as Parquet and print the counts; return the exit code."""
-    stop_on_sigterm()
-    st = IngestStats()
-    try:
-        written = ingest_mod.ingest_to_parquet(args.file, args.output, decoder=args.decoder, stats=st,
-                                               progress=not args.quiet)
-    except CaptureError as exc:
-        print(f"xlayer: {_text(exc)}", file=sys.stderr)
-        return 2
-    except (KeyboardInterrupt, Stop):
-        print(f"xlayer: interrupted; {args.output} holds the {_rows_in(args.output)} records written so far",
-              file=sys.stderr)
-        _print_counts(st, sys.stderr)
-        return 130
-    except OSError as exc:
-        print(f"xlayer: cannot write {args.output}: {exc.strerror or exc}; no output file left",
-              file=sys.stderr)
-        return 1
-    print(f"wrote {written} rows to {args.output}")
-    _print_counts(st)
-    return 0
-
-
-def cmd_info(args: argparse.Namespace) -> int:
-    """Print what a capture holds; return the exit code."""
-    try:
-        st = ingest_mod.scan_stats(args.file, decoder=args.decoder, progress=not args.quiet and not args.json)
-    except CaptureError as exc:
-        print(f"xlayer: {_text(exc)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    if args.json:
-        json.dump(st.as_dict(), sys.stdout, indent=2, default=str)
-        print()
-        return 0
-    print(f"file: {_text(st.path)}")
-    print(f"format: {st.format}, {st.file_bytes} bytes")
-    for itf in st.interfaces:
-        lt = itf["linktype"]
-        name = f" name {_text(itf['name'])}" if itf.get("name") else ""
-        print(f"interface {itf['id']}: link type {lt} ({linktype_name(lt)}), snaplen {itf['snaplen']}{name}")
-    for lt, n in sorted(st.linktypes.items()):
-        print(f"link type {lt} ({linktype_name(int(lt))}): {n} records")
-    print(f"time span: {_seconds(st.first_ts_ns)} .. {_seconds(st.last_ts_ns)}"
-          + (f" ({(st.last_ts_ns - st.first_ts_ns) / 1e9:.6f} s)" if st.first_ts_ns is not None else ""))
-    if st.rt_layouts:
-        print("radiotap layouts (presence words: records):")
-        for lay, n in st.rt_layouts.most_common():
-            print(f"  {lay}: {n}")
-    _print_counts(st)
-    return 0
+from xlayer.cli import COMMANDS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,36 +14,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="xlayer", description="Multi-layer capture analysis of Wi-Fi and "
                                 "wired networks: why did throughput drop?")
     sub = p.add_subparsers(dest="cmd", required=True)
-    pi = sub.add_parser("ingest", help="decode a pcap/pcapng file into a Parquet packet table")
-    pi.add_argument("file")
-    pi.add_argument("-o", "--output", required=True, help="Parquet file to write")
-    pi.add_argument("--decoder", choices=("fast", "reference", "tshark"), default="fast")
-    pi.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    pi.set_defaults(func=cmd_ingest)
-    pf = sub.add_parser("info", help="link types, counts, time span and radiotap layouts of a capture")
-    pf.add_argument("file")
-    pf.add_argument("--json", action="store_true")
-    pf.add_argument("--decoder", choices=("fast", "reference"), default="fast")
-    pf.add_argument("-q", "--quiet", action="store_true")
-    pf.set_defaults(func=cmd_info)
-    for mod in _command_modules():
+    for mod in COMMANDS:
         mod.register(sub)
     return p
-
-
-def _command_modules() -> list:
-    """Return the modules that add further subcommands (each has register(subparsers))."""
-    import importlib
-
-    mods = []
-    for name in ("bundle_cli", "capture_cli", "lab_cli", "sim_cli", "align_cli", "metrics_cli",
-                 "analyze_cli", "report_cli"):
-        try:
-            mods.append(importlib.import_module(f"xlayer.{name}"))
-        except ModuleNotFoundError as exc:
-            if exc.name != f"xlayer.{name}":
-                raise
-    return mods
 
 
 def main(argv: Sequence[str] | None = None) -> int:

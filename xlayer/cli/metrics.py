@@ -15,9 +15,9 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     """Compute and write the metric tables of a bundle; return the exit code."""
     from tqdm import tqdm
 
-    from xlayer.cli.bundle import safe_text
+    from xlayer.text import safe_text
     from xlayer.metrics.export import write_metrics
-    from xlayer.timeline.open import open_timeline, table_names
+    from xlayer.metrics import open_timeline, table_names
 
     if args.list:
         from xlayer.metrics.export import table_doc

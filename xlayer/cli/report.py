@@ -16,9 +16,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from xlayer.attribution.analyze import analyze
-    from xlayer.cli.bundle import safe_text
+    from xlayer.text import safe_text
     from xlayer.report.page import build_report
-    from xlayer.timeline.open import open_timeline
+    from xlayer.metrics import open_timeline
 
     stop_on_sigterm()
     try:

@@ -72,12 +72,3 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "(clocks, packet fates, MAC attempts, TCP timeouts, events, expected causes). "
                     "Needs the PyPI package ns3. Exit 1 if the scenario's intended effect did not show.")
     add_arguments(p)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run `python -m xlayer.testbeds.sim ...`; return the exit code."""
-    p = argparse.ArgumentParser(prog="python -m xlayer.testbeds.sim", description="Simulate a scenario in ns-3 "
-                                "and write a bundle with its ground truth (as `xlayer sim`).")
-    add_arguments(p)
-    args = p.parse_args(argv)
-    return int(args.func(args))

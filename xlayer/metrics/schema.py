@@ -50,20 +50,3 @@ def conform(df: pl.DataFrame | None, columns: tuple[Column, ...]) -> pl.DataFram
     return df.select(
         (pl.col(c.name).cast(c.dtype) if c.name in df.columns else pl.lit(None, dtype=c.dtype)).alias(c.name)
         for c in columns)
-
-
-def markdown_tables() -> str:
-    """Return every metric table's schema as Markdown (a heading and a column table each), for the README."""
-    from parsers.schema import markdown_table
-
-    import xlayer.metrics.schema as registered      # the imported module, also when this file runs as __main__
-    from xlayer.timeline.open import table_names
-
-    parts = []
-    for name in table_names():
-        parts.append(f"#### `{name}`: {registered.DOCS[name]}\n\n{markdown_table(registered.REGISTRY[name])}")
-    return "\n\n".join(parts)
-
-
-if __name__ == "__main__":
-    print(markdown_tables())

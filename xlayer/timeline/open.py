@@ -16,20 +16,21 @@ memory; `open_timeline(..., spill=False)` keeps every table in memory instead.  
 also writes each metric table there once its module has computed it (`table()` reads it back on each
 call), and holds what the alignment reads on disk while the captures are read.
 
-Metric tables are computed on first use by the modules in `MODULES`; each module has
-``NEEDS`` (packet columns it reads), ``TABLES`` (its tables' schemas, registered in `xlayer.metrics.schema`)
-and ``build(tl) -> {name: DataFrame}``.  `Timeline.table(name)` returns one, `Timeline.tables()` all.
+Derived tables are computed on first use by the modules the timeline was opened with (`modules=`;
+`xlayer.metrics.MODULES` for the metric tables, which `xlayer.open_timeline` passes): each module has
+``NEEDS`` (packet columns it reads), ``TABLES`` (its tables' schemas) and ``build(tl) -> {name: DataFrame}``.
+`Timeline.table(name)` returns one, `Timeline.tables()` all.  The timeline knows nothing of what the
+modules compute: the metrics sit above it and are handed to it.
 A capture the alignment could not place keeps its own stamps, and its tables say so through
 `Timeline.alignment`.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,34 +39,21 @@ import polars as pl
 from parsers.decode.ingest import IngestStats
 
 from xlayer.bundle.manifest import Bundle, BundleError, CaptureEntry, open_bundle
+from xlayer.bundle.tables import scan
 from xlayer.timeline.flowkey import flow_exprs
 
-# Metric modules, in the order their tables are listed; a module may use the tables of earlier ones.
-MODULES: tuple[str, ...] = ("xlayer.metrics.join", "xlayer.metrics.flows", "xlayer.metrics.tcp", "xlayer.metrics.stations",
-                            "xlayer.metrics.host")
 ADDED = ("capture_file", "vantage", "clock", "kind", "ts_local_ns", "flow", "conn", "dir")
 
 
-def _modules() -> list[Any]:
-    out = []
-    for name in MODULES:
-        try:
-            out.append(importlib.import_module(name))
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-    return out
-
-
-def needed_columns() -> list[str]:
-    """Return the packet columns the alignment and every metric module read (schema order)."""
+def needed_columns(modules: Sequence[Any] = ()) -> list[str]:
+    """Return the packet columns the alignment and the given table modules read (schema order)."""
     from parsers.schema import NAMES
 
     import xlayer.timeline.match as mm
 
     want = set(mm.READ_COLS) | {"frame", "ts_ns", "caplen", "malformed", "ip_src", "ip_dst", "ip_proto", "sport", "dport",
                                   "tcp_len", "tcp_flags"}
-    for m in _modules():
+    for m in modules:
         want |= set(getattr(m, "NEEDS", ()))
     return [c for c in NAMES if c in want]
 
@@ -127,6 +115,7 @@ class Timeline:
     bundle: Bundle
     alignment: Any                                   # xlayer.timeline.align.Alignment
     bin_ns: int = 100_000_000
+    modules: Sequence[Any] = ()                      # table modules (see module docstring), in table order
     _packets: dict[str, pl.DataFrame] = field(default_factory=dict, repr=False)
     _tables: dict[str, pl.DataFrame] = field(default_factory=dict, repr=False)
     _host: pl.DataFrame | None = field(default=None, repr=False)
@@ -137,9 +126,12 @@ class Timeline:
     _spill_dir: str | None = field(default=None, repr=False)
     # metric table -> its IPC file when spilled (tables are spilled with the packet tables)
     _table_files: dict[str, str] = field(default_factory=dict, repr=False)
+    # the decode-cache entry the packet tables are kept in (None: not cached); derived tables go there too
+    _cached: Any = field(default=None, repr=False)
 
     def close(self) -> None:
-        """Remove the spill directory (tables already returned stay readable on POSIX systems)."""
+        """Remove the spill directory (tables already returned stay readable on POSIX systems); a cache
+        entry stays."""
         if self._spill_dir is not None:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
 
@@ -192,7 +184,7 @@ class Timeline:
                 if e.is_packets:
                     continue
                 try:
-                    df = self.bundle.scan(e).collect()
+                    df = scan(self.bundle, e).collect()
                 except Exception as exc:  # noqa: BLE001 - one unreadable sampler file must not stop the rest
                     self.errors[e.file] = f"{type(exc).__name__}: {exc}"
                     continue
@@ -210,49 +202,62 @@ class Timeline:
     # --- metric tables ---
 
     def table(self, name: str) -> pl.DataFrame:
-        """Return one metric table by name (see `table_names`)."""
+        """Return one derived table by name (see `table_names`)."""
         if name not in self._tables and name not in self._table_files:
-            for m in _modules():
-                if name in getattr(m, "TABLES", {}):
-                    built = m.build(self)
-                    if self._spill_dir is None:
-                        self._tables.update(built)
-                    else:
-                        # Spilled like the packet tables: written once, mapped back on each use, so the
-                        # finished tables of every module are not all held in memory at once.
-                        d = os.path.join(self._spill_dir, "tables")
-                        os.makedirs(d, exist_ok=True)
-                        for n in list(built):
-                            path = os.path.join(d, f"{n}.arrow")
-                            built.pop(n).write_ipc(path, compression="uncompressed")
-                            self._table_files[n] = path
-                    del built
-                    _release_freed_memory()
-                    break
+            kept = self._cached.table_file(name) if self._cached is not None else None
+            if kept is not None and kept.is_file():
+                self._table_files[name] = str(kept)
             else:
-                raise KeyError(f"no metric table {name!r} (tables: {', '.join(table_names())})")
+                self._build(name)
         if name in self._table_files:
             return pl.read_ipc(self._table_files[name])
         return self._tables[name]
 
+    def _build(self, name: str) -> None:
+        for m in self.modules:
+            if name in getattr(m, "TABLES", {}):
+                built = m.build(self)
+                if self._cached is not None:
+                    for n in list(built):
+                        self._table_files[n] = str(self._cached.put_table(n, built.pop(n)))
+                elif self._spill_dir is None:
+                    self._tables.update(built)
+                else:
+                    # Spilled like the packet tables: written once, mapped back on each use, so the
+                    # finished tables of every module are not all held in memory at once.
+                    d = os.path.join(self._spill_dir, "tables")
+                    os.makedirs(d, exist_ok=True)
+                    for n in list(built):
+                        path = os.path.join(d, f"{n}.arrow")
+                        built.pop(n).write_ipc(path, compression="uncompressed")
+                        self._table_files[n] = path
+                del built
+                _release_freed_memory()
+                return
+        raise KeyError(f"no metric table {name!r} (tables: {', '.join(self.table_names())})")
+
+    def table_names(self) -> list[str]:
+        """Return the names of every table the timeline's modules compute, in module order."""
+        return table_names(self.modules)
+
     def tables(self, progress: Callable[[str], None] | None = None) -> dict[str, pl.DataFrame]:
         """Return every metric table by name, computing those not yet computed."""
-        for name in table_names():
+        for name in self.table_names():
             if progress is not None:
                 progress(name)
             self.table(name)
-        return {n: self.table(n) for n in table_names()}
+        return {n: self.table(n) for n in self.table_names()}
 
     def __getattr__(self, name: str) -> Callable[[], pl.DataFrame]:
         # tl.flows(), tl.retransmissions() ...: a method per registered table, for notebooks.
-        if name.startswith("_") or name not in table_names():
+        if name.startswith("_") or name == "modules" or name not in self.table_names():
             raise AttributeError(name)
         return lambda: self.table(name)
 
 
-def table_names() -> list[str]:
-    """Return the names of every metric table, in module order."""
-    return [n for m in _modules() for n in getattr(m, "TABLES", {})]
+def table_names(modules: Sequence[Any]) -> list[str]:
+    """Return the names of the tables the modules compute, in module order."""
+    return [n for m in modules for n in getattr(m, "TABLES", {})]
 
 
 def _release_freed_memory() -> None:
@@ -299,21 +304,49 @@ class _IpcTables(Mapping):
         return len(self._files)
 
 
-# Spill the packet tables to disk when the bundle's packet captures hold more than this many bytes.
+# Without the cache, spill the packet tables to disk when the bundle's packet captures hold more than this.
 SPILL_MIN_BYTES = 64 << 20
 
 
 def open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None = None, *, decoder: str = "fast",
                   bin_ns: int = 100_000_000, progress: Callable[[str], None] | None = None,
-                  spill: bool | None = None) -> Timeline:
-    """Return the bundle's Timeline: captures read and aligned; metric tables computed on demand.
+                  spill: bool | None = None, modules: Sequence[Any] = (), cache: bool = True) -> Timeline:
+    """Return the bundle's Timeline: captures read and aligned once; derived tables computed on demand.
 
-    `spill` (default: when the packet captures total more than SPILL_MIN_BYTES) keeps the packet tables
-    in temporary IPC files instead of memory (module docstring).
+    With `cache` (the default), the decoded and aligned packet tables and every derived table are kept
+    in the decode cache (`xlayer.timeline.cache`) and read back by the next command on the same
+    captures; without it, `spill` (default: when the packet captures total more than SPILL_MIN_BYTES)
+    keeps the packet tables in temporary IPC files instead of memory (module docstring).  `modules` are
+    the table modules (`xlayer.metrics.MODULES` for the metric tables).
     """
-    created: list[str] = []
+    from xlayer.timeline import cache as tcache
+
+    if not isinstance(bundle, Bundle):
+        bundle = open_bundle(bundle)
+    cols = needed_columns(modules)
+    key = build = None
+    if cache:
+        key = tcache.entry_key(_key_parts(bundle, decoder, cols, reference, bin_ns, modules))
+        entry = tcache.lookup(key)
+        if entry is not None:
+            if progress is not None:
+                progress("decoded tables from the cache")
+            try:
+                return _from_entry(bundle, entry, bin_ns, modules)
+            except (OSError, ValueError, KeyError, TypeError):
+                pass    # an entry damaged by hand: built again below, under a fresh directory
+        try:
+            build = tcache.begin(key)
+        except OSError:
+            build = None    # no writable cache here: read as without it
+    created: list[str] = [str(build)] if build is not None else []
     try:
-        return _open_timeline(bundle, reference, decoder, bin_ns, progress, spill, created)
+        tl = _open_timeline(bundle, reference, decoder, bin_ns, progress,
+                            True if build is not None else spill, created, modules,
+                            str(build) if build is not None else None)
+        if build is not None:
+            tl = _commit(tl, build, key)
+        return tl
     except BaseException:
         # a failure (or an interrupt) before the Timeline owns its spill directory: remove it here
         for d in created:
@@ -321,15 +354,67 @@ def open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None = No
         raise
 
 
-def _open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None, decoder: str, bin_ns: int,
-                   progress: Callable[[str], None] | None, spill: bool | None, created: list[str]) -> Timeline:
+def _key_parts(bundle: Bundle, decoder: str, cols: list[str], reference: str | None, bin_ns: int,
+               modules: Sequence[Any]) -> dict[str, Any]:
+    from xlayer.timeline.cache import fingerprint
+
+    files: dict[str, Any] = {}
+    for e in bundle.captures:
+        path = bundle.file_path(e)
+        files[e.file] = fingerprint(path) if path.is_file() else None
+    return {"manifest": bundle.to_dict(), "files": files, "decoder": decoder, "columns": cols,
+            "reference": reference, "bin_ns": bin_ns, "modules": [m.__name__ for m in modules]}
+
+
+def _commit(tl: Timeline, build: Any, key: str) -> Timeline:
+    """Return the timeline after its build directory became a cache entry (paths moved with it)."""
+    from dataclasses import asdict
+
+    from xlayer.timeline import cache as tcache
+
+    rel = {f: os.path.relpath(p, build) for f, p in tl._spilled.items()}
+    meta = {"bundle": str(tl.bundle.path), "alignment": asdict(tl.alignment), "errors": tl.errors,
+            "read_stats": {f: st.as_dict() for f, st in tl.read_stats.items()}, "packets": rel}
+    entry = tcache.commit(build, key, meta)
+    tl._spilled = {f: str(entry.path / r) for f, r in rel.items()}
+    tl._spill_dir = None
+    tl._cached = entry
+    return tl
+
+
+def _from_entry(bundle: Bundle, entry: Any, bin_ns: int, modules: Sequence[Any]) -> Timeline:
+    """Return the timeline a complete cache entry holds."""
+    from collections import Counter
+
+    from xlayer.timeline.align import Alignment, CaptureAlignment
+
+    meta = entry.meta
+    a = meta["alignment"]
+    al = Alignment(a["reference"], a["reference_clock"], [CaptureAlignment(**c) for c in a["captures"]],
+                   a["clocks"], a["seconds"])
+    stats = {}
+    for f, d in meta["read_stats"].items():
+        d = dict(d)
+        for k in ("linktypes", "malformed_reasons", "rt_layouts"):
+            d[k] = Counter({(int(x) if k == "linktypes" else x): n for x, n in d[k].items()})
+        stats[f] = IngestStats(**d)
+    spilled = {f: str(entry.path / r) for f, r in meta["packets"].items()}
+    for p in spilled.values():
+        if not os.path.isfile(p):
+            raise OSError(f"{p}: missing from the cache entry")
+    os.utime(entry.path / "meta.json")      # last use, for `xlayer cache list`
+    return Timeline(bundle, al, bin_ns=bin_ns, modules=tuple(modules), errors=dict(meta["errors"]),
+                    read_stats=stats, _spilled=spilled, _cached=entry)
+
+
+def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: int,
+                   progress: Callable[[str], None] | None, spill: bool | None, created: list[str],
+                   modules: Sequence[Any], spill_dir: str | None) -> Timeline:
     import xlayer.timeline.match as mm
     from xlayer.timeline.align import align_bundle
 
-    if not isinstance(bundle, Bundle):
-        bundle = open_bundle(bundle)
     _release_freed_memory()
-    cols = needed_columns()
+    cols = needed_columns(modules)
     if spill is None:
         size = 0
         for e in bundle.captures:
@@ -337,8 +422,8 @@ def _open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None, de
             if e.is_packets and path.is_file():
                 size += path.stat().st_size
         spill = size > SPILL_MIN_BYTES
-    spill_dir = tempfile.mkdtemp(prefix="xlayer-timeline-") if spill else None
-    if spill_dir is not None:
+    if spill and spill_dir is None:
+        spill_dir = tempfile.mkdtemp(prefix="xlayer-timeline-")
         created.append(spill_dir)
     raw: dict[str, pl.DataFrame] = {}
     raw_files: dict[str, list[str]] = {}
@@ -377,8 +462,9 @@ def _open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None, de
     for f in align_files.values():
         os.remove(f)
     _release_freed_memory()
-    tl = Timeline(bundle, al, bin_ns=bin_ns, errors=errors, _spill_dir=spill_dir, read_stats=read_stats)
-    if spill_dir is not None:
+    tl = Timeline(bundle, al, bin_ns=bin_ns, modules=tuple(modules), errors=errors, _spill_dir=spill_dir,
+                  read_stats=read_stats)
+    if spill_dir is not None and spill_dir in created:
         weakref.finalize(tl, shutil.rmtree, spill_dir, True)
     for e in bundle.captures:
         if e.file not in (raw if spill_dir is None else raw_files):

@@ -13,16 +13,10 @@ from typing import Any, Callable
 
 import xlayer.testbeds.sim.clocks as _clocks
 from xlayer.testbeds.sim.pcapfile import count_pcap
+from xlayer.testbeds.sim.scenarios import FILES
 from xlayer.testbeds.sim.scenarios import Scenario, check_ssid, get_scenario
 
 # The files of a simulated bundle, by vantage ("tcp": the server's TCP state samples).
-FILES = {
-    "sniffer": "sniffer.pcap",
-    "ap_wired": "ap_wired.pcap",
-    "server": "server.pcap",
-    "client": "client.pcap",
-    "tcp": "server-tcp.jsonl",
-}
 PART = ".part"
 CHILD_TIMEOUT_S = 600
 

@@ -20,6 +20,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# The bundle's files, by vantage: what a scenario's run writes.
+FILES = {
+    "sniffer": "sniffer.pcap",
+    "ap_wired": "ap_wired.pcap",
+    "server": "server.pcap",
+    "client": "client.pcap",
+    "tcp": "server-tcp.jsonl",
+}
+
 CAUSES = ("mac_retries", "rate_change", "performance_anomaly", "ap_queue_overflow", "spurious_rto",
           "fragmentation", "rts_overhead", "interference", "host_limited", "handoff")
 

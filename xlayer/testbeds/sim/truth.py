@@ -64,7 +64,7 @@ from typing import Any
 import polars as pl
 
 import xlayer.testbeds.sim.clocks as _clocks
-from xlayer.testbeds.sim.scenarios import Scenario
+from xlayer.testbeds.sim.scenarios import FILES, Scenario
 
 TRUTH_VERSION = 1
 BASE = _clocks.EPOCH_BASE_NS
@@ -607,7 +607,6 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
 
 
 def _clock_truth(cl: dict) -> dict:
-    from xlayer.testbeds.sim.run import FILES  # noqa: PLC0415
 
     by_file = {FILES["server"]: cl["server"], FILES["ap_wired"]: cl["ap"], FILES["sniffer"]: cl["sniffer"],
                FILES["client"]: cl["client"], FILES["tcp"]: cl["server"]}
@@ -678,7 +677,6 @@ def _mac_stats(sc: Scenario, data_tx: pl.DataFrame, tx: pl.DataFrame, ap_node: i
 def write_bundle(sc: Scenario, seed: int, truth: dict, out: Path, summaries: dict, result: dict) -> None:
     """Write bundle.json: the captures, each with its own clock (the truth is only in truth.json)."""
     from xlayer.bundle.manifest import Bundle, CaptureEntry, utc_now, write_manifest  # noqa: PLC0415
-    from xlayer.testbeds.sim.run import FILES  # noqa: PLC0415
 
     chan = 1 if sc.standard == "g" else 36
     # Headers only: the payload bytes say nothing an analyzer uses, and they would be most of the file.
