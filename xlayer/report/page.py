@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from xlayer.attribution.causes import CAUSES
+
 from xlayer.attribution.incidents import Analysis, Incident
 
 NS = 1_000_000_000
@@ -34,10 +36,7 @@ MAX_SERIES = 10              # lines per panel (largest first); the rest are nam
 PANEL_HEIGHT = 230
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
-CAUSE_COLORS = {"mac_retries": "#d62728", "rate_change": "#ff7f0e", "performance_anomaly": "#9467bd",
-                "ap_queue_overflow": "#8c564b", "spurious_rto": "#e377c2", "fragmentation": "#bcbd22",
-                "rts_overhead": "#17becf", "interference": "#7f7f7f", "host_limited": "#2ca02c",
-                "handoff": "#1f77b4"}
+CAUSE_COLORS = {m.NAME: m.COLOR for m in CAUSES}
 RETRANS_COLORS = {"rto": "#d62728", "spurious": "#e377c2", "fast": "#ff7f0e", "reorder": "#2ca02c",
                   "network_duplicate": "#7f7f7f"}
 
@@ -213,29 +212,7 @@ def _vantage_of(tl: Any, capture_file: str) -> str:
 
 def network_names(tl: Any) -> list[dict[str, Any]]:
     """Return the networks the air captures announce: SSID, BSSID and how many beacons/probe responses said so."""
-    import parsers
-
-    out = []
-    for e in tl.entries("air"):
-        pk = tl.packets(e)
-        if "wlan_ssid" in pk.columns:
-            df = pk.select("wlan_type", "wlan_subtype", "wlan_ssid", "wlan_bssid")
-        else:
-            # The timeline reads only the columns its modules use: one projected read of the link layer.
-            parts = [c.select("wlan_type", "wlan_subtype", "wlan_ssid", "wlan_bssid") for c in
-                     parsers.iter_tables(tl.bundle.file_path(e), columns=["wlan_type", "wlan_subtype",
-                                                                          "wlan_ssid", "wlan_bssid"])]
-            if not parts:
-                continue
-            df = pl.concat(parts)
-        df = (df.filter((pl.col("wlan_type") == 0) & pl.col("wlan_subtype").is_in([5, 8])
-                        & pl.col("wlan_ssid").is_not_null())
-              .group_by("wlan_ssid", "wlan_bssid").agg(pl.len().alias("frames"))
-              .sort("frames", descending=True))
-        for r in df.iter_rows(named=True):
-            out.append({"ssid": r["wlan_ssid"], "bssid": r["wlan_bssid"], "frames": r["frames"],
-                        "capture_file": e.file})
-    return out
+    return _table_or_empty(tl, "networks").to_dicts()
 
 
 # ---------------------------------------------------------------------------------------------

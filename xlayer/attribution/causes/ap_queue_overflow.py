@@ -15,6 +15,8 @@ from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import LEAD_NS, NS, Context, Window, clip01, frames, mbps
 
 NAME = "ap_queue_overflow"
+COLOR = "#8c564b"          # its incidents in the report
+MEANING = "packets reached the AP's (or a bottleneck's) queue and never left it"
 MIN_DROPS = 3
 
 

@@ -65,13 +65,8 @@ class Context:
     def span(self) -> tuple[int, int]:
         """Return the first and last packet time of the bundle (reference clock)."""
         if "span" not in self._cache:
-            lo, hi = None, None
-            for e in self.tl.entries():
-                ts = self.tl.packets(e.file)["ts_ns"]
-                if ts.len():
-                    lo = ts.min() if lo is None else min(lo, ts.min())
-                    hi = ts.max() if hi is None else max(hi, ts.max())
-            self._cache["span"] = (int(lo or 0), int(hi or 0))
+            caps = self.table("captures").filter(pl.col("packets") > 0)
+            self._cache["span"] = (int(caps["first_ts_ns"].min() or 0), int(caps["last_ts_ns"].max() or 0))
         return self._cache["span"]
 
     @property

@@ -13,6 +13,8 @@ from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import Context, Window, clip01, frames
 
 NAME = "fragmentation"
+COLOR = "#bcbd22"          # its incidents in the report
+MEANING = "a small 802.11 fragmentation threshold split each packet into several MPDUs"
 MIN_MSDUS = 20
 
 

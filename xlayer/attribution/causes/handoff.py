@@ -14,6 +14,8 @@ from xlayer.attribution.incidents import CauseFinding, FrameRef
 from xlayer.attribution.causes.base import LEAD_NS, NS, Context, Window, frames
 
 NAME = "handoff"
+COLOR = "#1f77b4"          # its incidents in the report
+MEANING = "a station left its AP: deauthentication, disassociation, a new BSSID or a lost association"
 EXPLICIT = ("deauth", "disassoc", "bssid_change")
 MIN_UNANSWERED = 7          # the AP's data to a silent station: about one MPDU's retry limit
 MIN_SILENCE_NS = NS
@@ -24,9 +26,10 @@ def _lost(ctx: Context) -> list[dict]:
     out = []
     att = ctx.table("attempts")
     end = ctx.span[1]
-    for ent in ctx.tl.entries("air"):
-        p = ctx.tl.packets(ent.file)
-        a = att.filter(pl.col("capture_file") == ent.file) if att.height else att
+    af = ctx.table("air_frames")
+    for file in af["capture_file"].unique(maintain_order=True).to_list():
+        p = af.filter(pl.col("capture_file") == file)
+        a = att.filter(pl.col("capture_file") == file) if att.height else att
         if a.height == 0:
             continue
         for st in a["station"].drop_nulls().unique().to_list():
@@ -41,7 +44,7 @@ def _lost(ctx: Context) -> list[dict]:
             if alive.height == 0:
                 continue
             last = alive.sort("ts_ns").tail(1)
-            t_up, last_file, last_frame = int(last["ts_ns"][0]), ent.file, int(last["frame"][0])
+            t_up, last_file, last_frame = int(last["ts_ns"][0]), file, int(last["frame"][0])
             if up.height and int(up["ts_ns"].max()) > t_up:
                 u = up.sort("ts_ns").tail(1)
                 t_up, last_file, last_frame = int(u["ts_ns"][0]), str(u["capture_file"][0]), int(u["frame"][0])

@@ -13,6 +13,8 @@ from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import LEAD_NS, Context, Window, clip01, frames
 
 NAME = "host_limited"
+COLOR = "#2ca02c"          # its incidents in the report
+MEANING = "the endpoints, not the network, held the flow back (window, buffer, application)"
 
 
 def score(ctx: Context, w: Window) -> CauseFinding | None:

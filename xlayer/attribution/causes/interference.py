@@ -13,6 +13,8 @@ from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import LEAD_NS, Context, Window, clip01, frames
 
 NAME = "interference"
+COLOR = "#7f7f7f"          # its incidents in the report
+MEANING = "frames were corrupted on the air (bad FCS) well above the usual rate"
 MIN_FRAMES = 100
 
 
@@ -20,8 +22,9 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     """Return the evidence of corrupted frames in the window."""
     s, e = w.start_ns - LEAD_NS, w.end_ns
     best = None
-    for ent in ctx.tl.entries("air"):
-        p = ctx.tl.packets(ent.file)
+    af = ctx.table("air_frames")
+    for file in af["capture_file"].unique(maintain_order=True).to_list():
+        p = af.filter(pl.col("capture_file") == file)
         inside = p.filter((pl.col("ts_ns") >= s) & (pl.col("ts_ns") < e))
         if inside.height < MIN_FRAMES:
             continue
@@ -35,7 +38,7 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
         if rate_in < 2 * rate_out:
             conf *= 0.3
         if best is None or conf > best[0]:
-            best = (conf, ent.file, inside.height, bad, rate_in, rate_out)
+            best = (conf, file, inside.height, bad, rate_in, rate_out)
     if best is None or best[0] < 0.05:
         return None
     conf, file, n, bad, rate_in, rate_out = best

@@ -14,6 +14,8 @@ from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import LEAD_NS, Context, Window, clip01, frames
 
 NAME = "mac_retries"
+COLOR = "#d62728"          # its incidents in the report
+MEANING = "the link layer retransmitted frames far more than usual"
 MIN_ATTEMPTS = 20
 
 

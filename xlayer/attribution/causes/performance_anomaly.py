@@ -14,6 +14,8 @@ from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import NS, Context, Window, clip01
 
 NAME = "performance_anomaly"
+COLOR = "#9467bd"          # its incidents in the report
+MEANING = "a slow station's airtime share starved the fast ones"
 MIN_FRAMES = 50
 STEP_NS = NS
 

@@ -12,6 +12,8 @@ from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import NS, Context, Window, clip01, frames
 
 NAME = "rate_change"
+COLOR = "#ff7f0e"          # its incidents in the report
+MEANING = "rate adaptation moved a station to slower PHY rates"
 BEFORE_NS = 2 * NS
 
 

@@ -9,23 +9,20 @@ from __future__ import annotations
 
 import polars as pl
 
-from xlayer.timeline.airtime import airtime_ns
 from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import Context, Window, clip01, frames
 
 NAME = "rts_overhead"
+COLOR = "#17becf"          # its incidents in the report
+MEANING = "an RTS/CTS exchange before (nearly) every data frame cost airtime"
 MIN_DATA = 50
 
 
 def _control(ctx: Context, subtype: int, start: int | None = None, end: int | None = None) -> pl.DataFrame:
-    parts = []
-    for e in ctx.tl.entries("air"):
-        p = ctx.tl.packets(e.file)
-        q = p.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == subtype))
-        if start is not None:
-            q = q.filter((pl.col("ts_ns") >= start) & (pl.col("ts_ns") < end))
-        parts.append(q)
-    return pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
+    q = ctx.table("air_frames").filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == subtype))
+    if start is not None:
+        q = q.filter((pl.col("ts_ns") >= start) & (pl.col("ts_ns") < end))
+    return q
 
 
 def _ratio(ctx: Context, start: int, end: int, stations: list[str]) -> tuple[float, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -45,7 +42,7 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     conf = clip01((ratio - 0.2) / 0.5) * 0.8
     if conf < 0.05:
         return None
-    ctl_air = float(airtime_ns(rts).fill_null(0).sum() + (airtime_ns(cts).fill_null(0).sum() if cts.height else 0))
+    ctl_air = float(rts["airtime_ns"].fill_null(0).sum() + (cts["airtime_ns"].fill_null(0).sum() if cts.height else 0))
     text = (f"{rts.height:,} RTS and {cts.height:,} CTS for {att.height:,} data transmissions "
             f"({ratio:.2f} RTS per data frame; {ctl_air / 1e6:.0f} ms of air on the exchanges)")
     ends = set(rts["wlan_ta"].drop_nulls().to_list()) | set(rts["wlan_ra"].drop_nulls().to_list())

@@ -13,6 +13,8 @@ from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import LEAD_NS, Context, Window, clip01, frames
 
 NAME = "spurious_rto"
+COLOR = "#e377c2"          # its incidents in the report
+MEANING = "TCP timed out and resent data that had arrived: delay, not loss, passed the RTO"
 
 
 def score(ctx: Context, w: Window) -> CauseFinding | None:
