@@ -8,6 +8,7 @@ from typing import Any
 
 from xlayer.bundle.manifest import BundleError
 from xlayer.text import clock_text
+from xlayer.cli.common import add_timeline_options
 from xlayer.signals import Stop, stop_on_sigterm
 
 
@@ -51,9 +52,8 @@ def summary_text(an: Any) -> str:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Analyze a bundle and print the summary or JSON; return the exit code."""
-    from tqdm import tqdm
-
     from xlayer.attribution.analyze import analyze
+    from xlayer.cli.common import open_from_args, steps
     from xlayer.text import safe_text
     from xlayer.attribution.drops import DropConfig
 
@@ -61,12 +61,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     cfg = DropConfig(threshold=args.threshold, min_duration_s=args.min_duration,
                      window=tuple(args.window) if args.window else None)
     try:
-        with tqdm(total=None, desc="analyze", disable=args.quiet or args.json or None, leave=False) as bar:
-            def step(what: str) -> None:
-                bar.set_postfix_str(what)
-                bar.update(1)
-
-            an = analyze(args.bundle, cfg, progress=step)
+        with steps("analyze", args.quiet or args.json) as step:
+            an = analyze(open_from_args(args, step), cfg, progress=step)
     except BundleError as exc:
         print(f"xlayer: {safe_text(exc)}", file=sys.stderr)
         return 2
@@ -95,5 +91,5 @@ def register(subparsers: Any) -> None:
     p.add_argument("--min-duration", type=float, default=0.3, metavar="S", help="shortest drop, seconds (default 0.3)")
     p.add_argument("--window", type=float, nargs=2, metavar=("FROM", "TO"),
                    help="analysis window, seconds from the bundle's first packet (study 001 used 50 100)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_timeline_options(p)
     p.set_defaults(func=cmd_analyze)

@@ -25,7 +25,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "file", None) is not None and not os.path.exists(args.file):
         print(f"xlayer: {args.file}: no such file", file=sys.stderr)
         return 2
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:
+        # the reader of our output went away (`| head`): nothing more to say, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from xlayer.bundle.manifest import BundleError
+from xlayer.cli.common import add_timeline_options
 from xlayer.signals import Stop, stop_on_sigterm
 
 
@@ -13,11 +14,10 @@ from xlayer.signals import Stop, stop_on_sigterm
 
 def cmd_metrics(args: argparse.Namespace) -> int:
     """Compute and write the metric tables of a bundle; return the exit code."""
-    from tqdm import tqdm
-
+    from xlayer.cli.common import open_from_args, steps
     from xlayer.text import safe_text
     from xlayer.metrics.export import write_metrics
-    from xlayer.metrics import open_timeline, table_names
+    from xlayer.metrics import table_names
 
     if args.list:
         from xlayer.metrics.export import table_doc
@@ -31,13 +31,8 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     stop_on_sigterm()
     names = args.tables.split(",") if args.tables else None
     try:
-        with tqdm(total=None, desc="metrics", disable=args.quiet or None, leave=False) as bar:
-            def step(what: str) -> None:
-                bar.set_postfix_str(what)
-                bar.update(1)
-
-            tl = open_timeline(args.bundle, reference=args.reference, decoder=args.decoder,
-                               bin_ns=int(round(args.bin * 1e9)), progress=step)
+        with steps("metrics", args.quiet) as step:
+            tl = open_from_args(args, step)
             man = write_metrics(tl, args.output, names, progress=step)
     except (BundleError, KeyError) as exc:
         print(f"xlayer: {safe_text(exc.args[0] if isinstance(exc, KeyError) else exc)}", file=sys.stderr)
@@ -68,9 +63,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("bundle", metavar="BUNDLE", nargs="?", help="bundle directory (or its bundle.json)")
     p.add_argument("-o", "--output", metavar="DIR", help="directory to write (created if missing)")
     p.add_argument("--tables", metavar="A,B", help="only these tables (default: all)")
-    p.add_argument("--bin", type=float, default=0.1, metavar="SECONDS", help="series bin width (default 0.1 s)")
-    p.add_argument("--reference", metavar="CLOCK|VANTAGE|FILE", help="the clock to put everything on")
-    p.add_argument("--decoder", choices=("fast", "reference"), default="fast")
     p.add_argument("--list", action="store_true", help="list the tables and what a row of each is")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_timeline_options(p)
     p.set_defaults(func=cmd_metrics)

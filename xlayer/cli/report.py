@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from xlayer.bundle.manifest import BundleError
+from xlayer.cli.common import add_timeline_options
 from xlayer.signals import Stop, stop_on_sigterm
 
 
@@ -13,22 +14,15 @@ from xlayer.signals import Stop, stop_on_sigterm
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Analyze a bundle and write its HTML report; return the exit code."""
-    from tqdm import tqdm
-
     from xlayer.attribution.analyze import analyze
+    from xlayer.cli.common import open_from_args, steps
     from xlayer.text import safe_text
     from xlayer.report.page import build_report
-    from xlayer.metrics import open_timeline
 
     stop_on_sigterm()
     try:
-        with tqdm(total=None, desc="report", unit=" steps", disable=args.quiet or None, leave=False) as bar:
-            def step(what: str) -> None:
-                bar.set_postfix_str(what)
-                bar.update(1)
-
-            tl = open_timeline(args.bundle, reference=args.reference, decoder=args.decoder,
-                               bin_ns=int(round(args.bin * 1e9)), progress=step)
+        with steps("report", args.quiet) as step:
+            tl = open_from_args(args, step)
             step("metric tables")
             tl.tables(progress=lambda name: step(f"table {name}"))
             step("analysis")
@@ -62,8 +56,5 @@ def register(subparsers: Any) -> None:
     p.add_argument("bundle", metavar="BUNDLE", help="bundle directory (or its bundle.json)")
     p.add_argument("-o", "--output", metavar="FILE", default="report.html", help="page to write (default report.html)")
     p.add_argument("--title", help="page title (default: the bundle's directory name)")
-    p.add_argument("--bin", type=float, default=0.1, metavar="SECONDS", help="series bin width (default 0.1 s)")
-    p.add_argument("--reference", metavar="CLOCK|VANTAGE|FILE", help="the clock to put everything on")
-    p.add_argument("--decoder", choices=("fast", "reference"), default="fast")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_timeline_options(p)
     p.set_defaults(func=cmd_report)

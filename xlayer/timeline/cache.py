@@ -31,6 +31,7 @@ import polars as pl
 FORMAT = 1                      # what an entry holds; a change makes every older entry a miss
 _EDGE = 64 << 10                # bytes hashed at each end of a capture
 _BUILD = ".build-"
+MAX_BYTES = 10 << 30            # entries beyond this total are removed, least recently used first
 # The code whose output an entry holds: any change to it is a new key, never a stale table.
 _CODE = ("parsers", "xlayer/bundle", "xlayer/timeline", "xlayer/metrics")
 
@@ -118,6 +119,7 @@ def begin(key: str, root: Path | None = None) -> Path:
     root = root or cache_root()
     root.mkdir(parents=True, exist_ok=True)
     clean_stale(root)
+    prune(root)
     return Path(tempfile.mkdtemp(prefix=f"{_BUILD}{key}-{os.getpid()}-", dir=root))
 
 
@@ -161,6 +163,26 @@ def clean_stale(root: Path | None = None) -> int:
         if len(parts) >= 2 and parts[1].isdigit() and not _alive(int(parts[1])):
             shutil.rmtree(p, ignore_errors=True)
             n += 1
+    return n
+
+
+def prune(root: Path | None = None, max_bytes: int | None = None) -> int:
+    """Remove the least recently used entries until the rest fit in `max_bytes` ($XLAYER_CACHE_MAX_GB, else
+    MAX_BYTES); return how many were removed."""
+    if max_bytes is None:
+        env = os.environ.get("XLAYER_CACHE_MAX_GB", "")
+        try:
+            max_bytes = int(float(env) * (1 << 30)) if env else MAX_BYTES
+        except ValueError:
+            max_bytes = MAX_BYTES
+    rows = sorted(entries(root), key=lambda r: r["used"])
+    total, n = sum(r["bytes"] for r in rows), 0
+    for r in rows:
+        if total <= max_bytes:
+            break
+        shutil.rmtree((root or cache_root()) / r["key"], ignore_errors=True)
+        total -= r["bytes"]
+        n += 1
     return n
 
 
