@@ -65,6 +65,7 @@ def _simulate(sc: Scenario) -> dict[str, object]:
     from ns import ns  # noqa: PLC0415
 
     from xlayer.testbeds.sim import native  # noqa: PLC0415
+    from xlayer.testbeds.sim.world import wired_link  # noqa: PLC0415
 
     sinks = native.load()
 
@@ -87,15 +88,9 @@ def _simulate(sc: Scenario) -> dict[str, object]:
     sniffer = ns.NodeContainer()
     sniffer.Create(1)
 
-    # Wired side: CSMA writes DLT_EN10MB pcaps, which is what a SPAN port capture looks like.
-    csma = ns.CsmaHelper()
-    csma.SetChannelAttribute("DataRate", ns.StringValue("1Gbps"))
-    csma.SetChannelAttribute("Delay", ns.TimeValue(ns.NanoSeconds(500)))
-    # Built with Add: cppyy cannot pick NodeContainer's variadic constructors from Python.
-    wired_nodes = ns.NodeContainer()
-    wired_nodes.Add(server)
-    wired_nodes.Add(ap)
-    wired_devs = csma.Install(wired_nodes)
+    # Wired side: CSMA writes DLT_EN10MB pcaps, which is what a SPAN port capture looks like; the
+    # same 1 Gbit/s link as `xlayer sim`'s.
+    csma, wired_nodes, wired_devs = wired_link(ns, server, ap)
 
     # Wireless side.
     channel = ns.YansWifiChannelHelper.Default()

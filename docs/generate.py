@@ -30,14 +30,27 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
-def _md(text: str) -> str:
-    """Return free text from code (help strings, docstrings) safe to put in Markdown: no raw HTML."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def _plain(text: str, pipes: bool = False) -> str:
+    """Return text outside code spans safe in Markdown: no raw HTML, no emphasis, pipes escaped if asked."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("*", "\\*")
+    return text.replace("|", "\\|") if pipes else text
 
 
-def _cell(text: str) -> str:
-    """Return text for one cell of a Markdown table: one line, pipes escaped."""
-    return _md(" ".join(text.split())).replace("|", "\\|")
+def _md(text: str, pipes: bool = False) -> str:
+    """Return free text from code (help strings, docstrings) safe to put in Markdown; code spans kept as they are.
+
+    (mkdocs' Markdown shows a code span's text literally, a pipe in a table cell included.)
+    """
+    parts = text.split("`")
+    if len(parts) % 2 == 0:       # an unpaired backtick: no code spans
+        return _plain(text, pipes)
+    return "`".join(p if i % 2 else _plain(p, pipes) for i, p in enumerate(parts))
+
+
+def _cell(text: str, code: bool = False) -> str:
+    """Return text for one cell of a Markdown table: one line; `code` puts it in a code span."""
+    text = " ".join(text.split())
+    return f"`{text}`" if code else _md(text, pipes=True)
 
 
 def _paragraphs(text: str) -> str:
@@ -103,7 +116,7 @@ def _argument_rows(p: argparse.ArgumentParser) -> list[str]:
             text = f"{text}; repeatable".lstrip("; ")
         if a.default not in (None, False, [], argparse.SUPPRESS) and "default" not in text:
             text = f"{text} (default: {a.default})".strip()
-        rows.append(f"| `{_cell(name)}` | {_cell(text)} |")
+        rows.append(f"| {_cell(name, code=True)} | {_cell(text)} |")
     return rows
 
 

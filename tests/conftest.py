@@ -19,8 +19,12 @@ if os.environ.get("CI"):
 
 
 def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001 - pytest hook signature
-    """Remove this run's decode cache (only the directory this file made)."""
+    """Remove this run's decode cache (only the directory this file made; by the controller, once the
+    workers that share it are done)."""
     import shutil
+
+    if hasattr(session.config, "workerinput"):
+        return
 
     d = os.environ.get("XLAYER_CACHE_DIR", "")
     if os.path.basename(d).startswith("xlayer-test-cache-"):

@@ -12,10 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parsers import IngestStats, read_capture
-from tests.helpers.mutate import mutate
 from parsers.formats.records import CaptureError
-
 from tests.helpers.common import CORPUS, REPO, capture_files, corpus_or_skip, deadline
+from tests.helpers.mutate import mutate
 
 MALFORMED = [f for f in capture_files() if "/malformed/" in f]
 # Kept in malformed/ but well-formed: the first crashed another tool (tshark flags nothing in it

@@ -14,6 +14,7 @@ import sys
 
 import polars as pl
 import pytest
+
 from tests.helpers.common import REPO
 
 SAMPLES_DIR = REPO / "samples"

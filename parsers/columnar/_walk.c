@@ -75,6 +75,7 @@ typedef struct {
     uint8_t *heads;     /* NULL: offsets only */
     Py_ssize_t n, cap;
     int with_heads;
+    int failed;         /* an allocation failed: the walk stopped there */
 } Offsets;
 
 static int offsets_push(Offsets *o, int64_t v, const uint8_t *head)
@@ -83,12 +84,12 @@ static int offsets_push(Offsets *o, int64_t v, const uint8_t *head)
         Py_ssize_t cap = o->cap ? o->cap * 2 : 4096;
         int64_t *d = PyMem_RawRealloc(o->data, (size_t)cap * sizeof(int64_t));
         if (d == NULL)
-            return -1;
+            return o->failed = -1;
         o->data = d;
         if (o->with_heads) {
             uint8_t *h = PyMem_RawRealloc(o->heads, (size_t)cap * 16);
             if (h == NULL)
-                return -1;
+                return o->failed = -1;
             o->heads = h;
         }
         o->cap = cap;
@@ -99,10 +100,24 @@ static int offsets_push(Offsets *o, int64_t v, const uint8_t *head)
     return 0;
 }
 
-static PyObject *offsets_result(Offsets *o, int64_t next, int failed)
+/* Check a walk's arguments: pos >= 0, lim <= len(buf) - reach (so that every header read at a position
+   before lim lies inside buf) and its mode. Else release the buffer, set ValueError and return 0. */
+static int walk_args_ok(Py_buffer *view, long long pos, long long lim, long long reach, int mode_ok,
+                        const char *err)
+{
+    if (pos >= 0 && lim <= (long long)view->len - reach && mode_ok)
+        return 1;
+    PyBuffer_Release(view);
+    PyErr_SetString(PyExc_ValueError, err);
+    return 0;
+}
+
+/* Release the walk's buffer and return its result (or NULL with MemoryError if the walk failed). */
+static PyObject *offsets_result(Py_buffer *view, Offsets *o, int64_t next)
 {
     PyObject *res = NULL;
-    if (failed) {
+    PyBuffer_Release(view);
+    if (o->failed) {
         PyErr_NoMemory();
     } else {
         PyObject *b = PyBytes_FromStringAndSize((const char *)o->data, o->n * (Py_ssize_t)sizeof(int64_t));
@@ -134,27 +149,21 @@ static PyObject *pcap_walk(PyObject *self, PyObject *args)
     int swap, lengths;
     if (!PyArg_ParseTuple(args, "y*LLpi", &view, &pos, &lim, &swap, &lengths))
         return NULL;
-    if (pos < 0 || lim > (long long)view.len - 15 || lengths < 0 || lengths > 2) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "pcap_walk: position, limit or mode out of range");
+    if (!walk_args_ok(&view, pos, lim, 15, lengths >= 0 && lengths <= 2,
+                      "pcap_walk: position, limit or mode out of range"))
         return NULL;
-    }
     const uint8_t *buf = view.buf;
-    Offsets o = {NULL, NULL, 0, 0, 1};
-    int failed = 0;
+    Offsets o = {NULL, NULL, 0, 0, 1, 0};
     Py_BEGIN_ALLOW_THREADS
     while (pos < lim) {
-        if (offsets_push(&o, pos, buf + pos)) {
-            failed = 1;
+        if (offsets_push(&o, pos, buf + pos))
             break;
-        }
         uint32_t a = rd32(buf + pos + 8, swap), b = rd32(buf + pos + 12, swap);
         uint32_t len = lengths == 0 ? a : lengths == 1 ? b : (a < b ? a : b);
         pos += 16 + (long long)len;
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
-    return offsets_result(&o, pos, failed);
+    return offsets_result(&view, &o, pos);
 }
 
 PyDoc_STRVAR(pcapng_walk_doc,
@@ -170,28 +179,21 @@ static PyObject *pcapng_walk(PyObject *self, PyObject *args)
     int swap;
     if (!PyArg_ParseTuple(args, "y*LLp", &view, &pos, &lim, &swap))
         return NULL;
-    if (pos < 0 || lim > (long long)view.len - 7) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "pcapng_walk: position or limit out of range");
+    if (!walk_args_ok(&view, pos, lim, 7, 1, "pcapng_walk: position or limit out of range"))
         return NULL;
-    }
     const uint8_t *buf = view.buf;
-    Offsets o = {NULL, NULL, 0, 0, 0};
-    int failed = 0;
+    Offsets o = {NULL, NULL, 0, 0, 0, 0};
     Py_BEGIN_ALLOW_THREADS
     while (pos < lim) {
         uint32_t t = rd32(buf + pos, swap), n = rd32(buf + pos + 4, swap);
         if ((t != 6 && t != 3 && t != 2) || n < 12 || (n & 3))
             break;
-        if (offsets_push(&o, pos, NULL)) {
-            failed = 1;
+        if (offsets_push(&o, pos, NULL))
             break;
-        }
         pos += n;
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
-    return offsets_result(&o, pos, failed);
+    return offsets_result(&view, &o, pos);
 }
 
 PyDoc_STRVAR(crc32_many_doc,

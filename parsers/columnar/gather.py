@@ -8,8 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 _OFFS = {k: np.arange(k, dtype=np.int64) for k in range(1, 9)}
-_LE = {1: "u1", 2: "<u2", 3: "<u4", 4: "<u4", 5: "<u8", 6: "<u8", 7: "<u8", 8: "<u8"}
-_BE = {1: "u1", 2: ">u2", 3: ">u4", 4: ">u4", 5: ">u8", 6: ">u8", 7: ">u8", 8: ">u8"}
+_READ_WIDTH = {1: 1, 2: 2, 3: 4, 4: 4, 5: 8, 6: 8, 7: 8, 8: 8}    # the integer read for `size` bytes
 
 
 def _bytes(buf: np.ndarray, pos: np.ndarray, size: int, width: int, pad_front: bool) -> np.ndarray:
@@ -32,19 +31,14 @@ def _bytes(buf: np.ndarray, pos: np.ndarray, size: int, width: int, pad_front: b
 
 def _strided(buf: np.ndarray, pos: np.ndarray, size: int, order: str) -> np.ndarray | None:
     """Return the integers by one gather from an overlapping view (element i = bytes i..i+w-1)."""
-    width = 2 if size == 2 else 4 if size <= 4 else 8
+    width = _READ_WIDTH[size]
     nview = len(buf) - width + 1
     if nview <= 0 or not buf.flags.c_contiguous:
         return None
     view = np.ndarray((nview,), dtype=f"{order}u{width}", buffer=buf, strides=(1,))
     p = np.asarray(pos, dtype=np.int64)
     tail = p > nview - 1
-    vals = view[np.clip(p, 0, nview - 1)].astype(np.uint64)
-    if width != size:
-        if order == ">":
-            vals >>= np.uint64(8 * (width - size))
-        else:
-            vals &= np.uint64((1 << (8 * size)) - 1)
+    vals = _narrow(view[np.clip(p, 0, nview - 1)].astype(np.uint64), size, width, order)
     if tail.any():  # reads ending in the last bytes of the buffer: the view stops short of them
         m = _bytes(buf, p[tail], size, width, pad_front=order == ">")
         vals[tail] = m.view(f"{order}u{width}").reshape(-1).astype(np.uint64)
@@ -59,28 +53,26 @@ def u8(buf: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return buf[np.clip(p, 0, len(buf) - 1)].astype(np.uint64)
 
 
-def ule(buf: np.ndarray, pos: np.ndarray, size: int) -> np.ndarray:
-    """Return the little-endian unsigned integer of `size` bytes at each position."""
+def uint(buf: np.ndarray, pos: np.ndarray, size: int, order: str) -> np.ndarray:
+    """Return the unsigned integer of `size` bytes at each position, in byte order `order` ("<" or ">")."""
     if size == 1:
         return u8(buf, pos)
-    fast = _strided(buf, pos, size, "<")
+    fast = _strided(buf, pos, size, order)
     if fast is not None:
         return fast
-    width = np.dtype(_LE[size]).itemsize
-    m = _bytes(buf, pos, size, width, pad_front=False)
-    return m.view(_LE[size]).reshape(-1).astype(np.uint64)
+    width = _READ_WIDTH[size]
+    m = _bytes(buf, pos, size, width, pad_front=order == ">")
+    return m.view(f"{order}u{width}").reshape(-1).astype(np.uint64)
+
+
+def ule(buf: np.ndarray, pos: np.ndarray, size: int) -> np.ndarray:
+    """Return the little-endian unsigned integer of `size` bytes at each position."""
+    return uint(buf, pos, size, "<")
 
 
 def ube(buf: np.ndarray, pos: np.ndarray, size: int) -> np.ndarray:
     """Return the big-endian unsigned integer of `size` bytes at each position."""
-    if size == 1:
-        return u8(buf, pos)
-    fast = _strided(buf, pos, size, ">")
-    if fast is not None:
-        return fast
-    width = np.dtype(_BE[size]).itemsize
-    m = _bytes(buf, pos, size, width, pad_front=True)
-    return m.view(_BE[size]).reshape(-1).astype(np.uint64)
+    return uint(buf, pos, size, ">")
 
 
 def sle(buf: np.ndarray, pos: np.ndarray, size: int) -> np.ndarray:
@@ -121,9 +113,6 @@ def rows_bytes(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     k = np.flatnonzero(inside)
     out[k] = view[p[k]].view(np.uint8).reshape(-1, width)
     return out
-
-
-_READ_WIDTH = {1: 1, 2: 2, 3: 4, 4: 4, 5: 8, 6: 8, 7: 8, 8: 8}
 
 
 class Window:
@@ -172,14 +161,14 @@ class Window:
                 if self.sel is not None:
                     raw = raw[self.sel]
                 return _narrow(raw.astype(np.uint64), size, wr, order)
-            return (ule if order == "<" else ube)(self.buf, self.pos + off, size)
+            return uint(self.buf, self.pos + off, size, order)
         off = off.astype(np.int64, copy=False)
         lo, hi = int(off.min()), int(off.max())
         if lo == hi:
             return self._read(lo, size, order)
         flat = self.m.reshape(-1)
         if len(flat) < wr:
-            return (ule if order == "<" else ube)(self.buf, self.pos + off, size)
+            return uint(self.buf, self.pos + off, size, order)
         view = np.ndarray((len(flat) - wr + 1,), dtype=f"{order}u{wr}", buffer=flat, strides=(1,))
         inside = (off >= 0) & (off + wr <= self.width)
         base = np.arange(n, dtype=np.int64) if self.sel is None else self.sel
@@ -187,7 +176,7 @@ class Window:
         vals = _narrow(view[at].astype(np.uint64), size, wr, order)
         if not inside.all():
             k = np.flatnonzero(~inside)
-            vals[k] = (ule if order == "<" else ube)(self.buf, self.pos[k] + off[k], size)
+            vals[k] = uint(self.buf, self.pos[k] + off[k], size, order)
         return vals
 
 

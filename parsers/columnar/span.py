@@ -40,6 +40,15 @@ class Span:
                     self.kind if kind is None else kind, self.cut)
 
 
+def handed_on(result: Span | list[Span] | None) -> list[Span]:
+    """Return the non-empty spans of what a layer decoder hands on (None, one Span or several)."""
+    if result is None:
+        return []
+    if isinstance(result, Span):
+        return [result] if len(result) else []
+    return [s for s in result if len(s)]
+
+
 def concat(spans: list[Span]) -> Span:
     """Return one span holding the rows of several."""
     if not spans:

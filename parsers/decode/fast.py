@@ -12,7 +12,7 @@ from parsers.decode import registry
 from parsers.columnar.columns import IP_COLUMNS, MAC_COLUMNS, ColumnBuilder, Projection
 from parsers.formats.records import RecordChunk
 from parsers.decode.reference import decode_record
-from parsers.columnar.span import KIND_DOT11, Span, concat
+from parsers.columnar.span import KIND_DOT11, Span, concat, handed_on
 
 
 def _guarded(fn, buf: np.ndarray, span: Span, out: ColumnBuilder, layer: str) -> Span | None:
@@ -22,14 +22,6 @@ def _guarded(fn, buf: np.ndarray, span: Span, out: ColumnBuilder, layer: str) ->
     except Exception as exc:  # noqa: BLE001 - untrusted input must never surface a traceback
         out.malformed(span.rows, f"internal error in {layer} decoder: {type(exc).__name__}: {exc}")
         return None
-
-
-def _spans(result) -> list[Span]:
-    if result is None:
-        return []
-    if isinstance(result, Span):
-        return [result] if len(result) else []
-    return [s for s in result if len(s)]
 
 
 def _dispatch(buf, span: Span, table: dict, out: ColumnBuilder, layer: str) -> list[Span]:
@@ -43,7 +35,7 @@ def _dispatch(buf, span: Span, table: dict, out: ColumnBuilder, layer: str) -> l
         if fn is None:
             continue
         part = span if lo == hi else span.take(span.kind == kind)
-        nxt += _spans(_guarded(fn, buf, part, out, f"{layer} {kind:#x}"))
+        nxt += handed_on(_guarded(fn, buf, part, out, f"{layer} {kind:#x}"))
     return nxt
 
 
@@ -94,7 +86,7 @@ def decode_chunk(chunk: RecordChunk, columns: Sequence[str] | Projection | None 
         mac.append(s.take(s.kind == KIND_DOT11))
         net.append(s.take(s.kind != KIND_DOT11))
     if mac and proj.decodes("dot11"):
-        net += _spans(_guarded(registry.DOT11_DECODER, buf, concat(mac), out, "802.11"))
+        net += handed_on(_guarded(registry.DOT11_DECODER, buf, concat(mac), out, "802.11"))
     if net and proj.decodes("network"):
         transport = _dispatch(buf, concat(net), registry.NET_DECODERS, out, "network")
         if transport and proj.decodes("transport"):

@@ -23,8 +23,9 @@ from collections.abc import Iterator
 import numpy as np
 
 from parsers.columnar import accel
-from parsers.formats.pcap import MAGICS, PcapReader
-from parsers.formats.pcapng import SHB, PcapngReader
+from parsers.formats.detect import GZIP_MAGIC, PCAPNG_MAGIC, pcap_magic
+from parsers.formats.pcap import PcapReader
+from parsers.formats.pcapng import PcapngReader
 from parsers.formats.records import CaptureError, ContainerStats, Interface, RecordChunk
 
 _PAGE = mmap.PAGESIZE
@@ -55,12 +56,11 @@ class CaptureFile:
 
     def _open_reader(self) -> PcapReader | PcapngReader:
         head = bytes(self._mm[:16])
-        magic = int.from_bytes(head[:4].ljust(4, b"\0"), "little")
-        if magic == SHB:
+        if head[:4] == PCAPNG_MAGIC:
             return PcapngReader(self.path, self._mm, self.data, self.stats)
-        if magic in MAGICS:
+        if pcap_magic(head) is not None:
             return PcapReader(self.path, self._mm, self.data, self.stats)
-        if head[:2] == b"\x1f\x8b":
+        if head[:2] == GZIP_MAGIC:
             raise CaptureError(f"{self.path}: gzip inside gzip (or a corrupt gzip stream); gunzip it first")
         raise CaptureError(f"{self.path}: not a pcap or pcapng file (first bytes: {head.hex()})")
 
@@ -174,7 +174,7 @@ def open_capture(path: str | os.PathLike, chunk_bytes: int = 16 << 20) -> Captur
     except OSError as e:
         raise CaptureError(f"{name}: cannot open: {e.strerror or e}") from None
     with fh:
-        if fh.read(2) == b"\x1f\x8b":
+        if fh.read(2) == GZIP_MAGIC:
             fh.seek(0)
             tmp = _gunzip(name, fh, warnings)
             with tmp:

@@ -1,7 +1,8 @@
 """What format a file is in, from its first bytes: the one table of capture magic numbers, and host-state text.
 
 Pure on bytes.  `PCAP_MAGICS` (classic pcap, both byte orders, micro- and nanosecond stamps, and the
-modified-pcap variant) and `PCAPNG_MAGIC` are what every reader and writer of xlayer checks against.
+modified-pcap variant), `PCAPNG_MAGIC` and `PCAPNG_BYTE_ORDERS` are what every reader and writer of
+xlayer checks against (`pcap_magic` for the pcap files we read record by record).
 """
 from __future__ import annotations
 
@@ -9,12 +10,24 @@ import json
 import re
 import zlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 
-PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1", b"\xa1\xb2\xc3\xd4", b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d",
-               b"\x34\xcd\xb2\xa1", b"\xa1\xb2\xcd\x34"}
-PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+class PcapMagic(NamedTuple):
+    """What the first four bytes of a classic pcap file say."""
+
+    byte_order: str         # "<" or ">": the order of every header field in the file
+    nanosecond: bool        # time stamp fractions in ns (else us)
+    modified: bool = False  # Kuznetzov's modified pcap (24-byte record headers): recognised, not read
+
+
+PCAP_MAGICS = {
+    b"\xd4\xc3\xb2\xa1": PcapMagic("<", False), b"\xa1\xb2\xc3\xd4": PcapMagic(">", False),
+    b"\x4d\x3c\xb2\xa1": PcapMagic("<", True), b"\xa1\xb2\x3c\x4d": PcapMagic(">", True),
+    b"\x34\xcd\xb2\xa1": PcapMagic("<", False, True), b"\xa1\xb2\xcd\x34": PcapMagic(">", False, True),
+}
+PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"    # the section header block's type: the same in either byte order
+PCAPNG_BYTE_ORDERS = {b"\x4d\x3c\x2b\x1a": "<", b"\x1a\x2b\x3c\x4d": ">"}   # its byte-order magic
 GZIP_MAGIC = b"\x1f\x8b"
 _SS_HEADER = re.compile(rb"^(Netid\s+)?State\s+Recv-Q\s+Send-Q", re.M)
 _SS_STAMP = re.compile(rb"^#\s*\d{9,}(\.\d+)?\s*$", re.M)
@@ -23,6 +36,13 @@ _SS_SOCKET = re.compile(rb"^(ESTAB|SYN-SENT|SYN-RECV|FIN-WAIT-[12]|TIME-WAIT|CLO
                         rb"CLOSING|UNCONN|NEW-SYN-RECV)\s+\d+\s+\d+\s")
 HEAD_BYTES = 64 << 10      # what a caller reads to decide
 WHOLE_MAX = 256 << 20   # iperf3 and flent results are far smaller; anything bigger is not one
+
+
+def pcap_magic(head: bytes) -> PcapMagic | None:
+    """Return what the magic number of a classic pcap file starting with `head` says, or None if it is
+    not one whose records we read (another format, or modified pcap)."""
+    magic = PCAP_MAGICS.get(bytes(head[:4]))
+    return None if magic is None or magic.modified else magic
 
 
 def guess_format_bytes(head: bytes, whole: Callable[[], bytes] | None = None) -> str | None:

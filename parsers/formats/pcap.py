@@ -22,14 +22,12 @@ import sys
 import numpy as np
 
 from parsers.columnar import accel
-from parsers.formats.records import CaptureError, ContainerStats, Interface, RecordChunk
+from parsers.formats.detect import pcap_magic
+from parsers.formats.records import CaptureError, ContainerStats, Interface, RecordChunk, RecordWalker
 
 FILE_HEADER = 24
 RECORD_HEADER = 16
 STANDARD_MAX_CAPLEN = 262144
-# (microsecond?, byte order) by the magic read as a little-endian u32
-MAGICS = {0xA1B2C3D4: ("<", False), 0xD4C3B2A1: (">", False),
-          0xA1B23C4D: ("<", True), 0x4D3CB2A1: (">", True)}
 _LARGE_MAX_CAPLEN = {231: 128 << 20,                                    # D-Bus
                      186: 128 << 20, 189: 128 << 20, 220: 128 << 20,   # USB (FreeBSD, Linux, Linux mmapped)
                      249: 128 << 20, 266: 128 << 20,                   # USBPcap, USB Darwin
@@ -55,7 +53,7 @@ def wiretap_knows(linktype: int) -> bool:
     return any(a <= linktype <= b for a, b in _WIRETAP_LINKTYPES)
 
 
-class PcapReader:
+class PcapReader(RecordWalker):
     """Walks the records of a pcap file mapped in memory."""
 
     format = "pcap"
@@ -85,7 +83,10 @@ class PcapReader:
     def _read_header(self) -> Interface:
         if self.size < FILE_HEADER:
             raise CaptureError(f"{self.name}: too short for a pcap file header ({self.size} of 24 bytes)")
-        self.bo, self.nanosecond = MAGICS[struct.unpack_from("<I", self.mm, 0)[0]]
+        magic = pcap_magic(self.mm[:4])
+        if magic is None:
+            raise CaptureError(f"{self.name}: not a pcap file we read (magic {bytes(self.mm[:4]).hex()})")
+        self.bo, self.nanosecond = magic.byte_order, magic.nanosecond
         major, minor, zone, _sigfigs, snaplen, network = struct.unpack_from(self.bo + "HHiIII", self.mm, 4)
         if major < 2:
             raise CaptureError(f"{self.name}: pcap major version {major} unsupported (tshark refuses it)")
@@ -180,11 +181,3 @@ class PcapReader:
                            ts_ns=sec * 1_000_000_000 + frac * self.frac_ns,
                            linktype=np.full(n, self.interfaces[0].linktype, dtype=np.int64),
                            iface=np.zeros(n, dtype=np.int64), frame=frame)
-
-    def _stop(self, at: int, why: str) -> None:
-        self.stats.error = why
-        self.stats.skipped_bytes += self.size - int(at)
-
-    def _cut(self, at: int) -> None:
-        self.stats.truncated_tail = True
-        self.stats.skipped_bytes += self.size - int(at)

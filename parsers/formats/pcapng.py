@@ -31,12 +31,12 @@ from math import gcd
 import numpy as np
 
 from parsers.columnar import accel
+from parsers.formats.detect import PCAPNG_BYTE_ORDERS, PCAPNG_MAGIC
 from parsers.formats.pcap import max_caplen
-from parsers.formats.records import CaptureError, ContainerStats, Interface, RecordChunk
+from parsers.formats.records import CaptureError, ContainerStats, Interface, RecordChunk, RecordWalker
 
-SHB, IDB, PB, SPB, NRB, ISB, EPB = 0x0A0D0D0A, 1, 2, 3, 4, 5, 6
+SHB, IDB, PB, SPB, NRB, ISB, EPB = int.from_bytes(PCAPNG_MAGIC, "little"), 1, 2, 3, 4, 5, 6
 SJE, DSB, CB, DCB = 9, 0x0A, 0x00000BAD, 0x40000BAD
-BYTE_ORDER_MAGIC = 0x1A2B3C4D
 MAX_BLOCK = 134348832
 BLOCK_NAMES = {SHB: "SHB", IDB: "IDB", PB: "PB", SPB: "SPB", NRB: "NRB", ISB: "ISB", EPB: "EPB",
                SJE: "SJE", DSB: "DSB", CB: "CB", DCB: "DCB"}
@@ -98,7 +98,7 @@ def _pad4(n):
     return (n + 3) & ~3
 
 
-class PcapngReader:
+class PcapngReader(RecordWalker):
     """Walks the blocks of a pcapng file mapped in memory."""
 
     format = "pcapng"
@@ -361,10 +361,9 @@ class PcapngReader:
         if btype == SHB:
             if size - pos < 12:
                 raise _Cut()
-            magic = self._u32_at(pos + 8, "<")
-            if magic not in (BYTE_ORDER_MAGIC, 0x4D3C2B1A):
+            bo = PCAPNG_BYTE_ORDERS.get(bytes(self.mm[pos + 8:pos + 12]))
+            if bo is None:
                 raise _Stop(f"unknown byte-order magic number 0x{self._u32_at(pos + 8, '>'):08x}")
-            bo = "<" if magic == BYTE_ORDER_MAGIC else ">"
         blen = self._u32_at(pos + 4, bo)
         if blen < 12 or blen & 3:
             raise _Stop(f"block at offset {pos}: total block length {blen} is "
@@ -500,14 +499,6 @@ class PcapngReader:
             out.append((code, self.mm[p + 4:p + 4 + olen]))
             p += 4 + _pad4(olen)
         return out
-
-    def _stop(self, at: int, why: str) -> None:
-        self.stats.error = why
-        self.stats.skipped_bytes += self.size - int(at)
-
-    def _cut(self, at: int) -> None:
-        self.stats.truncated_tail = True
-        self.stats.skipped_bytes += self.size - int(at)
 
 
 def _wrap64(v: int) -> np.int64:

@@ -61,3 +61,20 @@ class ContainerStats:
     sections: int = 0
     comments: list[str] = field(default_factory=list)  # section/file comments
     warnings: list[str] = field(default_factory=list)
+
+
+class RecordWalker:
+    """What the pcap and pcapng readers share: how a walk that ends before the end of the file is counted."""
+
+    size: int
+    stats: ContainerStats
+
+    def _stop(self, at: int, why: str) -> None:
+        """Reading ends at offset `at` on an error: the rest of the file is skipped."""
+        self.stats.error = why
+        self.stats.skipped_bytes += self.size - int(at)
+
+    def _cut(self, at: int) -> None:
+        """The file ends inside the record at offset `at`."""
+        self.stats.truncated_tail = True
+        self.stats.skipped_bytes += self.size - int(at)

@@ -125,6 +125,17 @@ def _int(text: str) -> int | None:
     return int(text)
 
 
+def _whole_ms_to_us(text: str) -> int | None:
+    m = _MS_PCT_RE.match(text)
+    return None if m is None else int(m.group(1)) * 1000
+
+
+# key -> (column, conversion of the value; None = malformed) for every key:value that fills one column
+_VALUE_KEYS = {**{k: (c, _int) for k, c in _INT_KEYS.items()},
+               **{k: (c, _ms_to_us) for k, c in _MS_KEYS.items()},
+               **{k: (c, _whole_ms_to_us) for k, c in _MS_INT_KEYS.items()}}
+
+
 def split_endpoint(text: str) -> tuple[str, int | None, str | None] | None:
     """Return (address, port, device) from ss's ``addr[%dev]:port``, or None if it has no port.
 
@@ -202,25 +213,23 @@ class _Row:
         return d
 
 
+_BBR_VALUES = {"bw": ("bbr_bw_bps", parse_rate), "mrtt": ("bbr_min_rtt_us", _ms_to_us)}
+
+
 def _bbr(row: _Row, tok: str, inner: str) -> None:
     unknown = []
     d = row.d
     for item in inner.split(","):
         k, sep, v = item.partition(":")
-        if k == "bw" and sep:
-            bw = parse_rate(v)
-            if bw is None:
-                row.bad.append(f"bad bbr bw {v!r}")
+        spec = _BBR_VALUES.get(k) if sep else None
+        if spec is not None:
+            col, conv = spec
+            x = conv(v)
+            if x is None:
+                row.bad.append(f"bad bbr {k} {v!r}")
                 unknown.append(item)
             else:
-                d["bbr_bw_bps"] = bw
-        elif k == "mrtt" and sep:
-            us = _ms_to_us(v)
-            if us is None:
-                row.bad.append(f"bad bbr mrtt {v!r}")
-                unknown.append(item)
-            else:
-                d["bbr_min_rtt_us"] = us
+                d[col] = x
         elif k in ("pacing_gain", "cwnd_gain") and sep and _NUM_RE.match(v):
             d["bbr_" + k] = float(v)
         else:
@@ -279,29 +288,14 @@ def _info_tokens(row: _Row, toks: list[str]) -> None:
                 row.extra.append(toks[i])
                 i += 1
             continue
-        col = _INT_KEYS.get(key)
-        if col is not None:
-            v = _int(val)
+        spec = _VALUE_KEYS.get(key)
+        if spec is not None:
+            col, conv = spec
+            v = conv(val)
             if v is None:
                 row.fail(f"bad {key} {val!r}", tok)
             else:
                 d[col] = v
-            continue
-        col = _MS_KEYS.get(key)
-        if col is not None:
-            v = _ms_to_us(val)
-            if v is None:
-                row.fail(f"bad {key} {val!r}", tok)
-            else:
-                d[col] = v
-            continue
-        col = _MS_INT_KEYS.get(key)
-        if col is not None:
-            m = _MS_PCT_RE.match(val)
-            if m is None:
-                row.fail(f"bad {key} {val!r}", tok)
-            else:
-                d[col] = int(m.group(1)) * 1000
             continue
         if key == "rtt":
             a, _, b = val.partition("/")

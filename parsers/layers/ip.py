@@ -25,7 +25,7 @@ import dpkt
 import numpy as np
 
 from parsers.columnar.columns import ColumnBuilder
-from parsers.layers.link import ByteViews, Window, put_index, short_rows, views
+from parsers.layers.link import ByteViews, Window, put_index, views, with_header
 from parsers.columnar.span import Span
 
 # Mobility (135) is not walked: its payload protocol must be 59 (RFC 6275) and tshark treats it as
@@ -44,8 +44,7 @@ _U64 = np.uint64
 
 def decode_ipv4(buf: np.ndarray, span: Span, out: ColumnBuilder) -> list[Span]:
     """Return the transport Spans of IPv4 packets (and of IPv6 packets sent with EtherType 0x0800)."""
-    fit = short_rows(out, span, 1, "ipv4: no header")
-    sp = span if fit.all() else span.take(fit)
+    sp = with_header(out, span, 1, "ipv4: no header")
     v = views(buf)
     b0 = v.u8[sp.start].astype(np.int64)
     ver = b0 >> 4
@@ -119,8 +118,7 @@ def _bound_claimed(out: ColumnBuilder, sp: Span, ip_end: np.ndarray, reason: str
 
 def decode_ipv6(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     """Return the transport Span of IPv6 packets, after the extension headers."""
-    fit = short_rows(out, span, 1, "ipv6: no header")
-    sp = span if fit.all() else span.take(fit)
+    sp = with_header(out, span, 1, "ipv6: no header")
     v = views(buf)
     ver = (v.u8[sp.start] >> 4).astype(np.int64)
     bad = ver != 6

@@ -138,12 +138,17 @@ def short_rows(out: ColumnBuilder, span: Span, need: np.ndarray | int, reason: s
     return fit
 
 
+def with_header(out: ColumnBuilder, span: Span, need: int, reason: str) -> Span:
+    """Return the rows of span whose `need` header bytes are captured (see short_rows for the rest)."""
+    fit = short_rows(out, span, need, reason)
+    return span if fit.all() else span.take(fit)
+
+
 # --- Ethernet -------------------------------------------------------------------------------------
 
 def decode_ethernet(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     """Return the network payload Span of Ethernet frames (kind = EtherType after tags / SNAP)."""
-    fit = short_rows(out, span, 14, "eth: frame shorter than its 14-byte header")
-    sp = span if fit.all() else span.take(fit)
+    sp = with_header(out, span, 14, "eth: frame shorter than its 14-byte header")
     v = views(buf)
     st = sp.start
     w = v.window(st, 14)
@@ -223,8 +228,7 @@ def _ethertype_walk(v: ByteViews, sp: Span, typ: np.ndarray, pos: np.ndarray, ou
 
 def decode_sll(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     """Return the network payload Span of Linux SLL (113) frames."""
-    fit = short_rows(out, span, 16, "sll: frame shorter than its 16-byte header")
-    sp = span if fit.all() else span.take(fit)
+    sp = with_header(out, span, 16, "sll: frame shorter than its 16-byte header")
     v = views(buf)
     st = sp.start
     hatype = v.be16[st + 2].astype(np.int64)
@@ -235,8 +239,7 @@ def decode_sll(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
 
 def decode_sll2(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     """Return the network payload Span of Linux SLL2 (276) frames."""
-    fit = short_rows(out, span, 20, "sll2: frame shorter than its 20-byte header")
-    sp = span if fit.all() else span.take(fit)
+    sp = with_header(out, span, 20, "sll2: frame shorter than its 20-byte header")
     v = views(buf)
     st = sp.start
     proto = v.be16[st].astype(np.int64)
@@ -259,19 +262,23 @@ def _sll_payload(v: ByteViews, sp: Span, hatype, halen, addr_pos, proto, pos, ou
 
 # --- raw IP, null, loop ------------------------------------------------------------------------------
 
+def _known_network(sp: Span, kind: np.ndarray, header: int) -> Span:
+    """Return the rows whose network kind is known (not 0), moved past their `header`-byte link header."""
+    keep = kind != 0
+    if not keep.all():
+        sp, kind = sp.take(keep), kind[keep]
+    return sp.moved(sp.start + header if header else sp.start, kind=kind)
+
+
 def decode_raw(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     """Return the IP Span of raw-IP link types (12, 14, 101, 228, 229): kind from the version nibble."""
-    fit = short_rows(out, span, 1, "raw: empty frame")
-    sp = span if fit.all() else span.take(fit)
+    sp = with_header(out, span, 1, "raw: empty frame")
     nib = (views(buf).u8[sp.start] >> 4).astype(np.int64)
     kind = np.where(nib == 4, ETH_IPV4, np.where(nib == 6, ETH_IPV6, 0))
     # LINKTYPE_IPV4 goes to the IPv4 decoder, which hands version 6 on to IPv6 (so the nibble decides);
     # LINKTYPE_IPV6 promises IPv6: another version there is a broken IPv6 header, as tshark says.
     kind = np.where(sp.kind == 228, ETH_IPV4, np.where(sp.kind == 229, ETH_IPV6, kind))
-    keep = kind != 0
-    if not keep.all():
-        sp, kind = sp.take(keep), kind[keep]
-    return sp.moved(sp.start, kind=kind)
+    return _known_network(sp, kind, 0)
 
 
 def _af_kind(af: np.ndarray) -> np.ndarray:
@@ -280,8 +287,7 @@ def _af_kind(af: np.ndarray) -> np.ndarray:
 
 def decode_null(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     """Return the network Span of BSD loopback (null, 0) frames: host-order AF or an EtherType."""
-    fit = short_rows(out, span, 4, "null: frame shorter than its 4-byte header")
-    sp = span if fit.all() else span.take(fit)
+    sp = with_header(out, span, 4, "null: frame shorter than its 4-byte header")
     v = views(buf)
     st = sp.start
     h = v.le32[st].astype(np.int64)
@@ -289,10 +295,7 @@ def decode_null(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     ppp = v.be16[st] == 0xFF03            # PPP in HDLC framing: address, control, protocol
     if ppp.any():
         kind[ppp] = _ppp_kind(v.be16[st[ppp] + 2].astype(np.int64))
-    keep = kind != 0
-    if not keep.all():
-        sp, kind = sp.take(keep), kind[keep]
-    return sp.moved(sp.start + 4, kind=kind)
+    return _known_network(sp, kind, 4)
 
 
 PPP_IPV4, PPP_IPV6 = 0x0021, 0x0057
@@ -315,13 +318,9 @@ def _null_kind(h: np.ndarray) -> np.ndarray:
 
 def decode_loop(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     """Return the network Span of OpenBSD loop (108) frames: AF in network byte order."""
-    fit = short_rows(out, span, 4, "loop: frame shorter than its 4-byte header")
-    sp = span if fit.all() else span.take(fit)
+    sp = with_header(out, span, 4, "loop: frame shorter than its 4-byte header")
     kind = _af_kind(views(buf).be32[sp.start].astype(np.int64))
-    keep = kind != 0
-    if not keep.all():
-        sp, kind = sp.take(keep), kind[keep]
-    return sp.moved(sp.start + 4, kind=kind)
+    return _known_network(sp, kind, 4)
 
 
 LINK_DECODERS = {1: decode_ethernet, 113: decode_sll, 276: decode_sll2, 101: decode_raw, 228: decode_raw,
@@ -470,4 +469,4 @@ LINK_FRAME_DECODERS = {1: frame_ethernet, 113: frame_sll, 276: frame_sll2, 101: 
                        228: _raw_for(228), 229: _raw_for(229), 12: _raw_for(12), 14: _raw_for(14),
                        0: frame_null, 108: frame_loop}
 
-__all__ = ["LINK_DECODERS", "LINK_FRAME_DECODERS", "ByteViews", "views", "short_rows"]
+__all__ = ["LINK_DECODERS", "LINK_FRAME_DECODERS", "ByteViews", "views", "short_rows", "with_header"]

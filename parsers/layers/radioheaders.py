@@ -36,8 +36,9 @@ from parsers.layers import phyrate
 from parsers.columnar.columns import ColumnBuilder
 from parsers.layers.fcs import crc_ok
 from parsers.columnar.gather import ube, ule
-from parsers.layers.radiotap import (DMG_MHZ, chan_flags_phy, decode_radiotap, fcs_crc_ok, frame_radiotap,
-                                     legacy_rate_phy, _gather, _put_text, _CHAN_HT, _CHAN_IGNORED, _CHAN_LEGACY)
+from parsers.layers.radiotap import (DMG_MHZ, chan_flags_phy, decode_radiotap, dot11_payload, fcs_trailer,
+                                     frame_radiotap, header_missing, legacy_rate_phy, put_phy, _gather,
+                                     _put_text, _CHAN_HT, _CHAN_IGNORED, _CHAN_LEGACY)
 from parsers.columnar.span import KIND_DOT11, Span, concat
 
 PPI_HEADER = 8
@@ -94,18 +95,14 @@ def frame_ppi(data: bytes, start: int, end: int, claimed: int, cut: bool,
               row: dict) -> tuple[int, int, int, int] | None:
     """Decode one PPI header into `row`; return the 802.11 frame behind it, if its DLT is 105."""
     avail = end - start
-    if avail < PPI_HEADER:
-        if not cut:
-            row.setdefault("malformed", R_PPI_SHORT)
+    if header_missing(row, avail, PPI_HEADER, cut, R_PPI_SHORT):
         return None
     hb = bytes(data[start:end])
     _ver, pflags, plen, dlt = struct.unpack_from("<BBHI", hb)
     if plen < PPI_HEADER:
         row.setdefault("malformed", R_PPI_LEN8)
         return None
-    if plen > avail:
-        if not cut:
-            row.setdefault("malformed", R_PPI_LONG)
+    if header_missing(row, avail, plen, cut, R_PPI_LONG):
         return None
     st: dict = {"phy_ht": False, "ht": None, "common": None, "ampdu": None}
     pos = PPI_HEADER
@@ -140,22 +137,17 @@ def frame_ppi(data: bytes, start: int, end: int, claimed: int, cut: bool,
             row["fcs_bad"] = bool(common[1] & 0x04)
         row.setdefault("malformed", bad)
         return None
-    nstart, nend, nclaimed = start + plen, end, claimed
-    crc_bad = False
+    nstart, nend, nclaimed, crc_bad = start + plen, end, claimed, False
     if common is not None and common[1] & 0x01:
-        if claimed - nstart < 4 and not cut:
+        trailer = fcs_trailer(data, nstart, end, claimed, cut)
+        if trailer is None:
             row["fcs_bad"] = bool(common[1] & 0x04)
             row.setdefault("malformed", R_PPI_FCS)
             return None
-        nclaimed = claimed - 4
-        nend = min(end, nclaimed)
-        if not cut and claimed - nstart >= 4:
-            crc_bad = not fcs_crc_ok(bytes(data[nstart:claimed]))
+        nend, nclaimed, crc_bad = trailer
     if common is not None:
         row["fcs_bad"] = bool(common[1] & 0x04) or crc_bad
-    if dlt != PPI_DLT_DOT11 or nend <= nstart:
-        return None
-    return KIND_DOT11, nstart, nend, nclaimed
+    return dot11_payload(nstart, nend, nclaimed) if dlt == PPI_DLT_DOT11 else None
 
 
 def _ppi_row(st: dict, row: dict) -> None:
@@ -196,12 +188,7 @@ def _ppi_row(st: dict, row: dict) -> None:
         phy = chan_flags_phy(common[4]) if common is not None else None
         if phy is None:
             phy = legacy_rate_phy(rate_raw or None, bool(freq))
-    if rate is None:
-        rate = legacy
-    if phy is not None:
-        row["phy"] = phy
-    if rate is not None:
-        row["phy_rate_mbps"] = rate
+    put_phy(row, phy, legacy if rate is None else rate)
 
 
 def decode_ppi(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
@@ -411,10 +398,8 @@ def frame_prism(data: bytes, start: int, end: int, claimed: int, cut: bool,
         elif int.from_bytes(data[start:start + 4], "big") in PRISM_MSGCODES:
             order = ">"
     if order is None:           # no Prism header: a bare 802.11 frame, as tshark reads it
-        return (KIND_DOT11, start, end, claimed) if end > start else None
-    if avail < PRISM_HEADER:
-        if not cut:
-            row.setdefault("malformed", R_PRISM_SHORT)
+        return dot11_payload(start, end, claimed)
+    if header_missing(row, avail, PRISM_HEADER, cut, R_PRISM_SHORT):
         return None
     got: dict[str, int] = {}
     for i in range(10):
@@ -436,9 +421,7 @@ def frame_prism(data: bytes, start: int, end: int, claimed: int, cut: bool,
         row["phy_rate_mbps"] = r * 0.5
         if r in phyrate.CCK_RATES or r in phyrate.OFDM_RATES:
             row["phy"] = "legacy"
-    if end <= start + PRISM_HEADER:
-        return None
-    return KIND_DOT11, start + PRISM_HEADER, end, claimed
+    return dot11_payload(start + PRISM_HEADER, end, claimed)
 
 
 def decode_prism(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
@@ -508,9 +491,7 @@ def frame_avs(data: bytes, start: int, end: int, claimed: int, cut: bool,
               row: dict) -> tuple[int, int, int, int] | None:
     """Decode one AVS capture header into `row`; return the 802.11 frame behind it."""
     avail = end - start
-    if avail < 8:
-        if not cut:
-            row.setdefault("malformed", R_AVS_SHORT)
+    if header_missing(row, avail, 8, cut, R_AVS_SHORT):
         return None
     cookie, hlen = struct.unpack_from(">II", data, start)
     if cookie not in AVS_COOKIES:
@@ -519,9 +500,7 @@ def frame_avs(data: bytes, start: int, end: int, claimed: int, cut: bool,
     if hlen < AVS_MIN_HEADER:
         row.setdefault("malformed", R_AVS_LEN)
         return None
-    if hlen > avail:
-        if not cut:
-            row.setdefault("malformed", R_AVS_LONG)
+    if header_missing(row, avail, hlen, cut, R_AVS_LONG):
         return None
     (mactime, _host, phytype, channel, datarate, antenna, _prio, ssi_type, ssi_signal,
      ssi_noise) = struct.unpack_from(">QQIIIIIIii", data, start + 8)
@@ -538,9 +517,7 @@ def frame_avs(data: bytes, start: int, end: int, claimed: int, cut: bool,
         row["freq_mhz"] = freq
     if 1 <= phytype <= 9:
         row["phy"] = "legacy"
-    if end <= start + hlen:
-        return None
-    return KIND_DOT11, start + hlen, end, claimed
+    return dot11_payload(start + hlen, end, claimed)
 
 
 def decode_avs(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:

@@ -367,13 +367,36 @@ def fcs_crc_ok(frame_and_fcs: bytes) -> bool:
     return zlib.crc32(frame_and_fcs[:-4]) == int.from_bytes(frame_and_fcs[-4:], "little")
 
 
+def header_missing(row: dict, avail: int, need: int, cut: bool, reason: str) -> bool:
+    """Return True if fewer than `need` header bytes are captured (malformed unless the snap length cut
+    them)."""
+    if avail >= need:
+        return False
+    if not cut:
+        row.setdefault("malformed", reason)
+    return True
+
+
+def fcs_trailer(data: bytes, nstart: int, end: int, claimed: int, cut: bool) -> tuple[int, int, bool] | None:
+    """Return (end, claimed, CRC bad) of an 802.11 frame at nstart without its 4-byte FCS, or None if
+    the frame is shorter than its FCS (and not cut by the snap length). A cut FCS is not checked."""
+    if claimed - nstart < 4 and not cut:
+        return None
+    nclaimed = claimed - 4
+    crc_bad = not cut and claimed - nstart >= 4 and not fcs_crc_ok(bytes(data[nstart:claimed]))
+    return min(end, nclaimed), nclaimed, crc_bad
+
+
+def dot11_payload(nstart: int, end: int, claimed: int) -> tuple[int, int, int, int] | None:
+    """Return the 802.11 frame at nstart as (kind, start, end, claimed), or None if none of it is captured."""
+    return (KIND_DOT11, nstart, end, claimed) if end > nstart else None
+
+
 def frame_radiotap(data: bytes, start: int, end: int, claimed: int, cut: bool,
                    row: dict) -> tuple[int, int, int, int] | None:
     """Decode one radiotap header into `row`; return the 802.11 frame's (kind, start, end, claimed)."""
     avail = end - start
-    if avail < 8:
-        if not cut:
-            row.setdefault("malformed", R_SHORT)
+    if header_missing(row, avail, 8, cut, R_SHORT):
         return None
     hb = bytes(data[start:end])
     it_len = _u16(hb, 2)
@@ -396,22 +419,17 @@ def frame_radiotap(data: bytes, start: int, end: int, claimed: int, cut: bool,
         return None             # no PSDU: whatever follows the header is not an 802.11 frame
     flags = info.get("Flags")
     nstart = start + it_len
-    nend, nclaimed = end, claimed
-    fcs_state = None
+    nend, nclaimed, crc_bad = end, claimed, False
     if isinstance(flags, int) and flags & FLAG_FCS_AT_END:
-        if claimed - nstart < 4 and not cut:
+        trailer = fcs_trailer(data, nstart, end, claimed, cut)
+        if trailer is None:
             row.setdefault("malformed", R_FCS)
             row["fcs_bad"] = bool(flags & FLAG_BAD_FCS)
             return None
-        nclaimed = claimed - 4
-        nend = min(end, nclaimed)
-        if not cut and claimed - nstart >= 4:
-            fcs_state = fcs_crc_ok(bytes(data[nstart:claimed]))
+        nend, nclaimed, crc_bad = trailer
     if isinstance(flags, int):
-        row["fcs_bad"] = bool(flags & FLAG_BAD_FCS) or fcs_state is False
-    if nend <= nstart:
-        return None
-    return KIND_DOT11, nstart, nend, nclaimed
+        row["fcs_bad"] = bool(flags & FLAG_BAD_FCS) or crc_bad
+    return dot11_payload(nstart, nend, nclaimed)
 
 
 def _row_columns(info: dict, row: dict) -> None:
@@ -455,8 +473,11 @@ def _row_columns(info: dict, row: dict) -> None:
             phy = chan_flags_phy(chan["flags"])
         if phy is None:
             phy = legacy_rate_phy(rate_raw, bool(freq))
-    if rate is None:
-        rate = legacy
+    put_phy(row, phy, legacy if rate is None else rate)
+
+
+def put_phy(row: dict, phy: str | None, rate: float | None) -> None:
+    """Set the phy class and the rate (Mb/s) of one row, each if known."""
     if phy is not None:
         row["phy"] = phy
     if rate is not None:

@@ -23,14 +23,16 @@ Rules shared by the vectorized and per-frame decoders (matching tshark 4.0):
 """
 from __future__ import annotations
 
+import functools
 import struct
+from collections.abc import Callable
 
 import dpkt
 import numpy as np
 
 from parsers.columnar.columns import ColumnBuilder
 from parsers.columnar.gather import Window
-from parsers.layers.link import put_index, views
+from parsers.layers.link import ByteViews, put_index, views
 from parsers.columnar.span import Span
 
 TCP, UDP, ICMP, ICMPV6 = 6, 17, 1, 58
@@ -57,6 +59,20 @@ def _empty() -> Span:
     return Span(_EMPTY, _EMPTY, _EMPTY, _EMPTY, _EMPTY, np.zeros(0, bool))
 
 
+def _segment_decoder(fill: Callable[[ByteViews, Span, ColumnBuilder], None]) -> Callable[..., Span]:
+    """Return the layer decoder (buf, span, out) -> Span that runs fill(views, rows, out) on the rows whose
+    IP payload holds at least one byte (the others have no transport header). No layer after the
+    transport layer is decoded: it hands on an empty Span."""
+    @functools.wraps(fill)
+    def decode(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
+        nonempty = span.claimed > span.start
+        sp = span if nonempty.all() else span.take(nonempty)
+        if len(sp):
+            fill(views(buf), sp, out)
+        return _empty()
+    return decode
+
+
 def _first_fragment(out: ColumnBuilder, rows: np.ndarray) -> np.ndarray:
     """Return a mask: the IP packet of each row has More Fragments set (its segment is incomplete)."""
     got = out.get("ip_mf")
@@ -68,13 +84,9 @@ def _first_fragment(out: ColumnBuilder, rows: np.ndarray) -> np.ndarray:
 
 # --- TCP --------------------------------------------------------------------------------------------
 
-def decode_tcp(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
-    """Write TCP header and option columns; return an empty Span (no layer after TCP is decoded)."""
-    nonempty = span.claimed > span.start
-    sp = span if nonempty.all() else span.take(nonempty)
-    if not len(sp):
-        return _empty()
-    v = views(buf)
+@_segment_decoder
+def decode_tcp(v: ByteViews, sp: Span, out: ColumnBuilder) -> None:
+    """Write TCP header and option columns."""
     st = sp.start
     seg = sp.claimed - st
     avail = sp.end - st
@@ -114,7 +126,6 @@ def decode_tcp(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     opt = np.flatnonzero((hl > 20) & (sp.end > st + 20)) if out.decodes("tcp_options") else ()
     if len(opt):
         _tcp_options(v, rows[opt], st[opt] + 20, st[opt] + hl[opt], sp.end[opt], out)
-    return _empty()
 
 
 NOP_NOP_TS = 0x0101080A     # the usual first option word (Linux, BSD, Windows): NOP, NOP, timestamps
@@ -292,12 +303,9 @@ def _put_lists(out: ColumnBuilder, name: str, rows: np.ndarray, values: list) ->
 
 # --- UDP --------------------------------------------------------------------------------------------
 
-def decode_udp(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
-    """Write UDP columns; return an empty Span."""
-    sp = span.take(span.claimed > span.start)
-    if not len(sp):
-        return _empty()
-    v = views(buf)
+@_segment_decoder
+def decode_udp(v: ByteViews, sp: Span, out: ColumnBuilder) -> None:
+    """Write UDP columns."""
     st = sp.start
     seg = sp.claimed - st
     avail = sp.end - st
@@ -316,17 +324,13 @@ def decode_udp(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     out.put("udp_len", at, ulen)
     out.malformed(rows[(ulen < 8) & ~((ulen == 0) & (seg > 0xFFFF))], R_UDP_LEN)
     out.malformed(rows[(ulen > seg) & ~frag], R_UDP_PAST)
-    return _empty()
 
 
 # --- ICMP / ICMPv6 ----------------------------------------------------------------------------------
 
-def decode_icmp(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
-    """Write ICMP (kind 1) / ICMPv6 (kind 58) type and code; return an empty Span."""
-    sp = span.take(span.claimed > span.start)
-    if not len(sp):
-        return _empty()
-    v = views(buf)
+@_segment_decoder
+def decode_icmp(v: ByteViews, sp: Span, out: ColumnBuilder) -> None:
+    """Write ICMP (kind 1) / ICMPv6 (kind 58) type and code."""
     st = sp.start
     avail = sp.end - st
     v6 = sp.kind == ICMPV6
@@ -337,7 +341,6 @@ def decode_icmp(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     has_code = np.where(v6, avail >= 2, avail >= 6)
     out.put("icmp_type", sp.rows[has_type], v.u8[st[has_type]])
     out.put("icmp_code", sp.rows[has_code], v.u8[st[has_code] + 1])
-    return _empty()
 
 
 TRANSPORT_DECODERS = {TCP: decode_tcp, UDP: decode_udp, ICMP: decode_icmp, ICMPV6: decode_icmp}
@@ -460,33 +463,29 @@ def frame_udp(data: bytes, start: int, end: int, claimed: int, cut: bool, row: d
     return None
 
 
-def frame_icmp(data: bytes, start: int, end: int, claimed: int, cut: bool, row: dict) -> None:
-    """Decode one ICMP header (type, code) into row; nothing follows."""
+def _frame_icmp_header(data: bytes, start: int, end: int, claimed: int, row: dict, short: str,
+                       type_from: int, code_from: int) -> None:
+    """Decode one ICMP or ICMPv6 header (type, code) into row: each once `..._from` bytes are captured."""
     if claimed <= start:
         return None
     if claimed - start < 8 and not row.get("ip_mf"):
-        row.setdefault("malformed", R_ICMP)
-    if end - start >= 6:
-        m = dpkt.icmp.ICMP(data[start:start + 4])
-        row["icmp_type"], row["icmp_code"] = m.type, m.code
+        row.setdefault("malformed", short)
+    avail = end - start
+    if avail >= type_from:
+        row["icmp_type"] = data[start]
+    if avail >= code_from:
+        row["icmp_code"] = data[start + 1]
     return None
+
+
+def frame_icmp(data: bytes, start: int, end: int, claimed: int, cut: bool, row: dict) -> None:
+    """Decode one ICMP header (type, code) into row; nothing follows."""
+    return _frame_icmp_header(data, start, end, claimed, row, R_ICMP, 6, 6)  # tshark reads 6 bytes first
 
 
 def frame_icmpv6(data: bytes, start: int, end: int, claimed: int, cut: bool, row: dict) -> None:
     """Decode one ICMPv6 header (type, code) into row; nothing follows."""
-    if claimed <= start:
-        return None
-    if claimed - start < 8 and not row.get("ip_mf"):
-        row.setdefault("malformed", R_ICMPV6)
-    if end - start >= 4:
-        m = dpkt.icmp6.ICMP6(data[start:start + 4])
-        row["icmp_type"], row["icmp_code"] = m.type, m.code
-        return None
-    if end - start >= 1:
-        row["icmp_type"] = data[start]
-    if end - start >= 2:
-        row["icmp_code"] = data[start + 1]
-    return None
+    return _frame_icmp_header(data, start, end, claimed, row, R_ICMPV6, 1, 2)
 
 
 TRANSPORT_FRAME_DECODERS = {TCP: frame_tcp, UDP: frame_udp, ICMP: frame_icmp, ICMPV6: frame_icmpv6}

@@ -14,11 +14,16 @@ from pathlib import Path
 import pytest
 
 from parsers import read_capture
-from xlayer.acquire.capture import (CaptureSetupError, capture_argv, parse_iface_spec, parse_ss_spec,
-                            scan_capture_file, trim_partial_tail)
-
 from tests.helpers.common import REPO
 from tests.helpers.pcapgen import write_udp_pcap
+from xlayer.acquire.capture import (
+    CaptureSetupError,
+    capture_argv,
+    parse_iface_spec,
+    parse_ss_spec,
+    scan_capture_file,
+    trim_partial_tail,
+)
 
 INTERVAL = 0.05
 

@@ -13,13 +13,19 @@ import pytest
 
 import parsers
 from parsers import IngestStats, read_capture
-from xlayer.bundle import packets, scan, tcp_state
-from xlayer.bundle.manifest import (MANIFEST, Bundle, BundleError, CaptureEntry, load_manifest,
-                           open_bundle, write_manifest)
-from xlayer.text import safe_text
-
 from tests.helpers.common import REPO
 from tests.helpers.pcapgen import write_udp_pcap
+from xlayer.bundle import packets, scan, tcp_state
+from xlayer.bundle.manifest import (
+    MANIFEST,
+    Bundle,
+    BundleError,
+    CaptureEntry,
+    load_manifest,
+    open_bundle,
+    write_manifest,
+)
+from xlayer.text import safe_text
 
 # Read in place from the shared checkout, never copied into the repository.
 CORPUS = REPO.parent / "shared" / "corpus"
@@ -324,18 +330,18 @@ def test_scan_reads_nothing_before_collect(tmp_path, monkeypatch) -> None:
 def test_tcp_state_scan_reads_nothing_before_collect(tmp_path, monkeypatch) -> None:
     if not has_module("parsers.hoststate.ss"):
         pytest.skip("parsers.hoststate.ss (the ss -tin reader) is not in this tree yet")
-    import parsers.hoststate.ss
+    import parsers.hoststate
 
     (tmp_path / "server-ss.txt").write_text(SS_TEXT)
     b = make_bundle(tmp_path, {"server-ss.txt": ("tcp_state", "server")})   # format left to guess
     calls = []
-    real = parsers.hoststate.ss.read_ss
+    real = parsers.hoststate.READERS["ss"]
 
     def counting(path, *a, **kw):
         calls.append(path)
         return real(path, *a, **kw)
 
-    monkeypatch.setattr(parsers.hoststate.ss, "read_ss", counting)
+    monkeypatch.setitem(parsers.hoststate.READERS, "ss", counting)
     lf = tcp_state(b).filter(pl.col("cwnd") > 12).select("cwnd", "clock")
     assert lf.collect_schema()["clock"] == pl.String and calls == []
     assert lf.collect().rows() == [(14, "server")]

@@ -12,7 +12,6 @@ import polars as pl
 import pytest
 
 from parsers import read_capture
-
 from tests.helpers.common import CORPUS, REPO, corpus_or_skip
 from tests.helpers.pcapgen import write_udp_pcap
 

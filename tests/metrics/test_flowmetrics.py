@@ -9,10 +9,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.helpers.common import REPO, sim_bundle
 import xlayer.metrics.flows as fm
-from xlayer.timeline.flowkey import flow_name, with_flow
+from tests.helpers.common import REPO, sim_bundle
 from xlayer.metrics.schema import schema_of
+from xlayer.timeline.flowkey import flow_name, with_flow
 
 LAB = REPO / "samples" / "lab-queue_overflow"
 

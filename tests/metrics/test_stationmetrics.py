@@ -11,8 +11,8 @@ import pytest
 
 import parsers
 from tests.helpers.common import corpus_or_skip, sim_bundle, tshark_or_skip
-from xlayer.timeline.airtime import airtime, ppdu_duration_ns
 from xlayer.metrics.stations import MGMT, STATIONS, TABLES, station_tables
+from xlayer.timeline.airtime import airtime, ppdu_duration_ns
 
 
 def _truth(bundle) -> dict:

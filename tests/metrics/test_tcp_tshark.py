@@ -9,8 +9,13 @@ import polars as pl
 import pytest
 
 import parsers
-from tests.helpers.common import capture_files, corpus_or_skip, tshark_or_skip, tshark_refuses
 import xlayer.metrics.tcp as te
+from tests.helpers.common import (
+    capture_files,
+    corpus_or_skip,
+    tshark_or_skip,
+    tshark_refuses,
+)
 
 FIELDS = {"retransmission": "tcp.analysis.retransmission", "fast": "tcp.analysis.fast_retransmission",
           "out_of_order": "tcp.analysis.out_of_order", "dup_ack": "tcp.analysis.duplicate_ack"}

@@ -9,9 +9,9 @@ import polars as pl
 import pytest
 
 import parsers
+import xlayer.metrics.tcp as te
 from parsers.schema import SCHEMA
 from tests.helpers.common import REPO, sim_bundle
-import xlayer.metrics.tcp as te
 from xlayer.metrics import open_timeline
 
 LAB = REPO / "samples"

@@ -28,7 +28,7 @@ from parsers.layers import link
 from parsers.layers import transport
 from parsers.columnar.columns import IP_COLUMNS, MAC_COLUMNS, ColumnBuilder, to_polars
 from parsers.formats.records import RecordChunk
-from parsers.columnar.span import Span
+from parsers.columnar.span import Span, handed_on
 from tests.helpers.common import REPO
 
 CORPUS = REPO.parent / "shared" / "corpus"
@@ -148,21 +148,13 @@ def _pcapng_records(raw: bytes) -> list[tuple[int, int, int, int, int]]:
 
 # --- a pipeline of our layers only ------------------------------------------------------------------------
 
-def _spans(result) -> list[Span]:
-    if result is None:
-        return []
-    if isinstance(result, Span):
-        return [result] if len(result) else []
-    return [s for s in result if len(s)]
-
-
 def _dispatch(buf, spans: list[Span], table: dict, out: ColumnBuilder) -> list[Span]:
     nxt: list[Span] = []
     for span in spans:
         for kind in np.unique(span.kind).tolist():
             fn = table.get(int(kind))
             if fn is not None:
-                nxt += _spans(fn(buf, span.take(span.kind == kind), out))
+                nxt += handed_on(fn(buf, span.take(span.kind == kind), out))
     return nxt
 
 

@@ -252,8 +252,8 @@ def test_downsampling_keeps_spikes():
 def test_wired_only_bundle_leaves_panels_out_with_reasons(tmp_path):
     """A lab bundle (wired + host state, no radio) draws what it has and says why the rest is absent."""
     from xlayer.attribution.incidents import Analysis
-    from xlayer.report.page import PANELS, build_report
     from xlayer.metrics import open_timeline
+    from xlayer.report.page import PANELS, build_report
 
     lab = REPO / "samples" / "lab-delay_spike"
     if not (lab / "bundle.json").exists():
@@ -281,11 +281,14 @@ def test_cli_writes_the_report(bundle, tmp_path, capsys):
 
 def test_shipped_hostile_ssid_sample(browser, tmp_path):
     """samples/sim-baseline's network is named `<script>alert(1)</script>`: its page shows it, runs nothing."""
-    from selenium.common.exceptions import NoAlertPresentException, UnexpectedAlertPresentException
+    from selenium.common.exceptions import (
+        NoAlertPresentException,
+        UnexpectedAlertPresentException,
+    )
 
     from xlayer.attribution.analyze import analyze
-    from xlayer.report.page import build_report
     from xlayer.metrics import open_timeline
+    from xlayer.report.page import build_report
 
     sample = REPO / "samples" / "sim-baseline"
     if not (sample / "bundle.json").is_file():

@@ -247,12 +247,19 @@ def _check_retries(out: Path, frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
     return k
 
 
+def _simulate_checked(name: str, seconds: float, tmp_path: Path,
+                      fragments_ok: bool = False) -> tuple[Path, dict, dict[str, pl.DataFrame], pl.DataFrame]:
+    """Simulate scenario `name` and run the checks every scenario shares; return the bundle's
+    directory, its truth, the decoded captures and the sniffed attempts (as `_check_retries`)."""
+    out, truth = _simulate(name, seconds, tmp_path)
+    frames = _check_bundle(out, truth, fragments_ok=fragments_ok)
+    _check_clocks(out, truth, frames)
+    return out, truth, frames, _check_retries(out, frames)
+
+
 @needs_ns3
 def test_sim_baseline(tmp_path):
-    out, truth = _simulate("baseline", 1.5, tmp_path)
-    frames = _check_bundle(out, truth)
-    _check_clocks(out, truth, frames)
-    _check_retries(out, frames)
+    out, truth, frames, _ = _simulate_checked("baseline", 1.5, tmp_path)
     s = truth["summary"]
     assert s["ap_queue_drops"] == 0 and s["delivered"] > 1000
     assert truth["causes"] == [] and truth["expect"]["holds"]
@@ -267,10 +274,7 @@ def test_sim_baseline(tmp_path):
 
 @needs_ns3
 def test_sim_udp_overflow(tmp_path):
-    out, truth = _simulate("udp_overflow", 2.5, tmp_path)
-    frames = _check_bundle(out, truth)
-    _check_clocks(out, truth, frames)
-    _check_retries(out, frames)
+    out, truth, frames, _ = _simulate_checked("udp_overflow", 2.5, tmp_path)
     s = truth["summary"]
     assert s["ap_queue_drops"] > 0
     pk = pl.read_parquet(out / "truth_packets.parquet")
@@ -290,10 +294,7 @@ def test_sim_udp_overflow(tmp_path):
 
 @needs_ns3
 def test_sim_performance_anomaly(tmp_path):
-    out, truth = _simulate("performance_anomaly", 3.0, tmp_path)
-    frames = _check_bundle(out, truth)
-    _check_clocks(out, truth, frames)
-    _check_retries(out, frames)
+    out, truth, frames, _ = _simulate_checked("performance_anomaly", 3.0, tmp_path)
     st = truth["mac"]["stations"]
     assert st["sta_slow"]["downlink_mean_rate_mbps"] < st["sta_good"]["downlink_mean_rate_mbps"]
     assert truth["causes"][0]["cause"] == "performance_anomaly"
@@ -304,10 +305,7 @@ def test_sim_performance_anomaly(tmp_path):
 
 @needs_ns3
 def test_sim_fragmentation(tmp_path):
-    out, truth = _simulate("fragmentation", 1.5, tmp_path)
-    frames = _check_bundle(out, truth, fragments_ok=True)
-    _check_clocks(out, truth, frames)
-    k = _check_retries(out, frames)
+    out, truth, frames, k = _simulate_checked("fragmentation", 1.5, tmp_path, fragments_ok=True)
     sn = frames["sniffer.pcap"]
     assert sn.filter(pl.col("wlan_more_frag").fill_null(False)).height > 0
     assert sn.filter(pl.col("wlan_frag").fill_null(0) > 0).height > 0
@@ -323,10 +321,7 @@ def test_sim_fragmentation(tmp_path):
 
 @needs_ns3
 def test_sim_rts_cts(tmp_path):
-    out, truth = _simulate("rts_cts", 1.5, tmp_path)
-    frames = _check_bundle(out, truth)
-    _check_clocks(out, truth, frames)
-    _check_retries(out, frames)
+    out, truth, frames, _ = _simulate_checked("rts_cts", 1.5, tmp_path)
     sn = frames["sniffer.pcap"]
     assert sn.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 11)).height > 0   # RTS
     assert sn.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 12)).height > 0   # CTS
@@ -337,10 +332,7 @@ def test_sim_rts_cts(tmp_path):
 
 @needs_ns3
 def test_sim_delay_spike(tmp_path):
-    out, truth = _simulate("delay_spike", 3.0, tmp_path)
-    frames = _check_bundle(out, truth)
-    _check_clocks(out, truth, frames)
-    _check_retries(out, frames)
+    out, truth, frames, _ = _simulate_checked("delay_spike", 3.0, tmp_path)
     s = truth["summary"]
     assert s["rto_expirations"] > 0 and s["spurious_retransmissions"] > 0
     assert s["ap_queue_drops"] == 0 and s["retry_limit_drops"] == 0
@@ -357,10 +349,7 @@ def test_sim_delay_spike(tmp_path):
 
 @needs_ns3
 def test_sim_walkaway(tmp_path):
-    out, truth = _simulate("walkaway", get_scenario("walkaway").seconds, tmp_path)
-    frames = _check_bundle(out, truth)
-    _check_clocks(out, truth, frames)
-    _check_retries(out, frames)
+    out, truth, frames, _ = _simulate_checked("walkaway", get_scenario("walkaway").seconds, tmp_path)
     assert truth["expect"]["holds"], truth["expect"]["detail"]
     kinds = [e["kind"] for e in truth["events"]]
     assert "walk_start" in kinds and "association_lost" in kinds

@@ -20,9 +20,9 @@ import polars as pl
 import pytest
 
 from parsers.formats.containers import open_capture
-from xlayer.timeline.align import Alignment, ClockMap, align_bundle, to_reference_ns
-from xlayer.bundle.manifest import open_bundle
 from tests.helpers.common import REPO
+from xlayer.bundle.manifest import open_bundle
+from xlayer.timeline.align import Alignment, ClockMap, align_bundle, to_reference_ns
 
 ROOT = REPO
 SAMPLES = ROOT / "samples"
@@ -345,21 +345,22 @@ def test_unmatched_capture(tmp_path: Path) -> None:
     c = al.capture("elsewhere.pcap")
     assert c.matched == 0 and c.method == "unmatched"
     assert c.offset_s is None and c.skew_ppm is None and c.anchor_ts is None and c.residual_us is None
-    # the others are unaffected; applying leaves the unmatched stamps alone (or nulls them)
+    # the others are unaffected; the timeline leaves the unmatched capture's stamps as they are
     assert al.capture("client").method.startswith("two-way:ip")
-    df = pl.DataFrame({"ts_ns": [1_700_000_000_000_000_000], "capture_file": ["elsewhere.pcap"]})
-    assert al.apply(df)["ts_ns"].to_list() == [1_700_000_000_000_000_000]
-    assert al.apply(df, unmatched="null")["ts_ns"].to_list() == [None]
-    with pytest.raises(ValueError):
-        al.apply(df, unmatched="raise")
+    assert c.to_reference_ns(1_700_000_000_000_000_000) == 1_700_000_000_000_000_000
+    from xlayer.metrics import open_timeline
+
+    pk = open_timeline(d, cache=False).packets("elsewhere.pcap", columns=["ts_ns", "ts_local_ns"])
+    assert pk.height == 500 and pk["ts_ns"].to_list() == pk["ts_local_ns"].to_list()
 
 
 def test_apply_aligns_packets(tmp_path: Path) -> None:
     d, truth = _lab_copy(tmp_path, seed=5)
-    al = align_bundle(d)
-    b = open_bundle(d)
-    cols = ["ts_ns", "capture_file", "vantage", "ip_id", "ip_src", "tcp_seq", "tcp_len", "tcp_ack", "tcp_flags"]
-    pk = al.apply(b.packets().select(cols), keep_local="ts_local_ns").collect()
+    from xlayer.metrics import open_timeline
+
+    cols = ["ts_ns", "ts_local_ns", "capture_file", "vantage", "ip_id", "ip_src", "tcp_seq", "tcp_len", "tcp_ack",
+            "tcp_flags"]
+    pk = open_timeline(d, cache=False).packets(columns=cols)
     key = ["ip_id", "ip_src", "tcp_seq", "tcp_len", "tcp_ack", "tcp_flags"]
     srv = pk.filter(pl.col("vantage") == "server", pl.col("ip_src").is_not_null())
     rin = pk.filter(pl.col("vantage") == "router_in", pl.col("ip_src").is_not_null())

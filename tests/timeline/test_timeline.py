@@ -17,9 +17,9 @@ import polars as pl
 import pytest
 
 from tests.helpers.common import REPO, sim_bundle
-from xlayer.timeline.flowkey import flow_name, with_flow
-from xlayer.metrics.schema import REGISTRY, schema_of
 from xlayer.metrics import open_timeline, table_names
+from xlayer.metrics.schema import REGISTRY, schema_of
+from xlayer.timeline.flowkey import flow_name, with_flow
 
 ROOT = REPO
 SAMPLES = ROOT / "samples"

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from parsers.formats.detect import PCAPNG_BYTE_ORDERS, PCAPNG_MAGIC, pcap_magic
 from xlayer.bundle.manifest import MANIFEST, Bundle, CaptureEntry, utc_now, write_manifest
 
 ARPHRD_IEEE80211_RADIOTAP = 803
@@ -227,11 +228,11 @@ def scan_capture_file(path: str | os.PathLike) -> tuple[str | None, int, int, in
         return None, 0, 0, size
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
         magic = m[:4]
-        if magic == b"\x0a\x0d\x0d\x0a":
+        if magic == PCAPNG_MAGIC:
             return ("pcapng",) + _scan_pcapng(m, size) + (size,)
-        for end in ("<", ">"):
-            if struct.unpack(end + "I", magic)[0] in (0xA1B2C3D4, 0xA1B23C4D):
-                return ("pcap",) + _scan_pcap(m, size, end) + (size,)
+        pcap = pcap_magic(magic)
+        if pcap is not None:
+            return ("pcap",) + _scan_pcap(m, size, pcap.byte_order) + (size,)
     return None, 0, 0, size
 
 
@@ -251,9 +252,9 @@ def _scan_pcapng(m: mmap.mmap, size: int) -> tuple[int, int]:
     off, n, end = 0, 0, "<"
     while off + 12 <= size:
         btype = struct.unpack_from(end + "I", m, off)[0]
-        if btype == 0x0A0D0D0A:
+        if m[off:off + 4] == PCAPNG_MAGIC:
             # each section header carries its own byte order
-            end = "<" if m[off + 8:off + 12] == b"\x4d\x3c\x2b\x1a" else ">"
+            end = PCAPNG_BYTE_ORDERS.get(m[off + 8:off + 12], ">")
         blen = struct.unpack_from(end + "I", m, off + 4)[0]
         if blen < 12 or blen % 4 or off + blen > size:
             break

@@ -21,7 +21,13 @@ import polars as pl
 
 from xlayer.attribution.causes import causes
 from xlayer.attribution.causes.base import NS, Context, Window
-from xlayer.attribution.drops import DropConfig, data_flows, find_drops, flow_goodput, merge_windows
+from xlayer.attribution.drops import (
+    DropConfig,
+    data_flows,
+    find_drops,
+    flow_goodput,
+    merge_windows,
+)
 from xlayer.attribution.incidents import Analysis, Incident
 from xlayer.metrics import open_timeline
 from xlayer.timeline import Timeline

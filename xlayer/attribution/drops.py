@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-NS = 1_000_000_000
+from xlayer.text import NS
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-NS = 1_000_000_000
+from xlayer.text import NS
 
 
 def seconds(ns: int | None) -> float | None:

@@ -17,7 +17,6 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
-
 MANIFEST = "bundle.json"
 VERSION = 1
 KINDS = ("air", "wired", "tcp_state")

@@ -17,7 +17,6 @@ from parsers.formats.detect import HEAD_BYTES, WHOLE_MAX, guess_format_bytes
 from xlayer.bundle.manifest import ADDED_COLUMNS, Bundle, BundleError, CaptureEntry
 
 
-
 def scan(bundle: Bundle, which: str | CaptureEntry, decoder: str = "fast") -> pl.LazyFrame:
     """Return one capture as a lazy table with capture_file, vantage and clock columns added.
 

@@ -3,7 +3,18 @@
 `COMMANDS` is the registry, in the order `xlayer --help` lists them; adding a command is one module
 here and one entry in the list.
 """
-from xlayer.cli import align, analyze, bundle, cache, capture, ingest, lab, metrics, report, sim
+from xlayer.cli import (
+    align,
+    analyze,
+    bundle,
+    cache,
+    capture,
+    ingest,
+    lab,
+    metrics,
+    report,
+    sim,
+)
 
 COMMANDS = (ingest, bundle, capture, lab, sim, align, metrics, analyze, report, cache)
 

@@ -11,8 +11,8 @@ from xlayer.bundle.manifest import BundleError
 
 def cmd_align(args: argparse.Namespace) -> int:
     """Print the clock alignment of a bundle (JSON or a table); return the exit code."""
-    from xlayer.timeline.align import align_bundle
     from xlayer.text import safe_text
+    from xlayer.timeline.align import align_bundle
 
     try:
         al = align_bundle(args.bundle, reference=args.reference, decoder=args.decoder,

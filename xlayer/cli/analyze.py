@@ -7,11 +7,9 @@ import sys
 from typing import Any
 
 from xlayer.bundle.manifest import BundleError
-from xlayer.text import clock_text
 from xlayer.cli.common import add_timeline_options
 from xlayer.signals import Stop, stop_on_sigterm
-
-
+from xlayer.text import clock_text
 
 
 def summary_text(an: Any) -> str:
@@ -53,9 +51,9 @@ def summary_text(an: Any) -> str:
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Analyze a bundle and print the summary or JSON; return the exit code."""
     from xlayer.attribution.analyze import analyze
+    from xlayer.attribution.drops import DropConfig
     from xlayer.cli.common import open_from_args, steps
     from xlayer.text import safe_text
-    from xlayer.attribution.drops import DropConfig
 
     stop_on_sigterm()
     cfg = DropConfig(threshold=args.threshold, min_duration_s=args.min_duration,

@@ -15,10 +15,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xlayer.text import iso_ns, safe_text
-from xlayer.bundle.manifest import (MANIFEST, PACKET_FORMATS, STATE_FORMATS, Bundle, BundleError,
-                                    CaptureEntry, open_bundle, utc_now, write_manifest)
+from xlayer.bundle.manifest import (
+    MANIFEST,
+    PACKET_FORMATS,
+    STATE_FORMATS,
+    Bundle,
+    BundleError,
+    CaptureEntry,
+    open_bundle,
+    utc_now,
+    write_manifest,
+)
 from xlayer.bundle.tables import describe, guess_format
+from xlayer.text import iso_ns, safe_text
 
 _VANTAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _KIND_OPTION = {"air": "--air", "wired": "--wired", "tcp_state": "--tcp-state"}

@@ -6,11 +6,10 @@ import json
 import sys
 from typing import Any
 
+import xlayer.ingest as ingest_mod
 from parsers.decode.ingest import IngestStats
 from parsers.decode.registry import linktype_name
 from parsers.formats.records import CaptureError
-
-import xlayer.ingest as ingest_mod
 from xlayer.signals import Stop, stop_on_sigterm
 from xlayer.text import safe_text, utc_text
 

@@ -7,7 +7,12 @@ import sys
 
 def cmd_lab(args: argparse.Namespace) -> int:
     """Run `xlayer lab`; return 0 if the scenario showed its effect, 1 if not, 2 if it could not run."""
-    from xlayer.testbeds.lab import LabError, LabInterrupted, list_scenarios, run_scenario
+    from xlayer.testbeds.lab import (
+        LabError,
+        LabInterrupted,
+        list_scenarios,
+        run_scenario,
+    )
 
     if args.list:
         for name, summary in list_scenarios():

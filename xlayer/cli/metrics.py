@@ -10,14 +10,12 @@ from xlayer.cli.common import add_timeline_options
 from xlayer.signals import Stop, stop_on_sigterm
 
 
-
-
 def cmd_metrics(args: argparse.Namespace) -> int:
     """Compute and write the metric tables of a bundle; return the exit code."""
     from xlayer.cli.common import open_from_args, steps
-    from xlayer.text import safe_text
-    from xlayer.metrics.export import write_metrics
     from xlayer.metrics import table_names
+    from xlayer.metrics.export import write_metrics
+    from xlayer.text import safe_text
 
     if args.list:
         from xlayer.metrics.export import table_doc

@@ -10,14 +10,12 @@ from xlayer.cli.common import add_timeline_options
 from xlayer.signals import Stop, stop_on_sigterm
 
 
-
-
 def cmd_report(args: argparse.Namespace) -> int:
     """Analyze a bundle and write its HTML report; return the exit code."""
     from xlayer.attribution.analyze import analyze
     from xlayer.cli.common import open_from_args, steps
-    from xlayer.text import safe_text
     from xlayer.report.page import build_report
+    from xlayer.text import safe_text
 
     stop_on_sigterm()
     try:

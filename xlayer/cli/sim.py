@@ -7,7 +7,13 @@ import sys
 
 def cmd_sim(args: argparse.Namespace) -> int:
     """Run `xlayer sim`; return 0 if the scenario showed its effect, 1 if not, 2 if it could not run."""
-    from xlayer.testbeds.sim import SimError, get_scenario, list_scenarios, ns3_available, run_scenario
+    from xlayer.testbeds.sim import (
+        SimError,
+        get_scenario,
+        list_scenarios,
+        ns3_available,
+        run_scenario,
+    )
 
     if args.list:
         for name, summary in list_scenarios():

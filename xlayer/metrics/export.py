@@ -16,8 +16,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from xlayer.metrics.schema import DOCS, REGISTRY
 from xlayer.metrics import table_names
+from xlayer.metrics.schema import DOCS, REGISTRY
 from xlayer.timeline import Timeline
 
 MANIFEST = "metrics.json"

@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from parsers.hoststate.common import SCHEMA as HOST_SCHEMA
-
-from xlayer.timeline.flowkey import flow_exprs
 from xlayer.metrics.schema import Column, conform, register
+from xlayer.timeline.flowkey import flow_exprs
 
 if TYPE_CHECKING:
     from xlayer.timeline.open import Timeline

@@ -81,8 +81,8 @@ import numpy as np
 import polars as pl
 
 import xlayer.timeline.match as mm
-from xlayer.timeline.airtime import COLUMNS as AIRTIME_COLUMNS
 from xlayer.metrics.schema import Column, conform, register
+from xlayer.timeline.airtime import COLUMNS as AIRTIME_COLUMNS
 
 if TYPE_CHECKING:
     from xlayer.timeline.open import Timeline

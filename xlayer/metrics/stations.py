@@ -48,8 +48,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from xlayer.timeline.airtime import airtime
 from xlayer.metrics.schema import Column, conform, register
+from xlayer.timeline.airtime import airtime
 
 if TYPE_CHECKING:
     from xlayer.timeline.open import Timeline

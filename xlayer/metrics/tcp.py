@@ -51,8 +51,8 @@ from typing import Any
 
 import polars as pl
 
-from xlayer.timeline.flowkey import flow_exprs
 from xlayer.metrics.schema import Column, conform, register
+from xlayer.timeline.flowkey import flow_exprs
 
 NEEDS = ("frame", "ts_ns", "ip_version", "ip_src", "ip_dst", "ip_proto", "ip_id", "ip_ttl", "ip_frag_offset",
          "sport", "dport", "tcp_seq", "tcp_ack", "tcp_flags", "tcp_win", "tcp_len", "tcp_wscale", "tcp_tsval",

@@ -19,7 +19,6 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +26,9 @@ import numpy as np
 import polars as pl
 
 from xlayer.attribution.causes import CAUSES
-
 from xlayer.attribution.incidents import Analysis, Incident
+from xlayer.text import NS, utc_text
 
-NS = 1_000_000_000
 MAX_POINTS = 20_000          # per glyph: the browser stays responsive, the page stays a few MB
 MAX_SERIES = 10              # lines per panel (largest first); the rest are named in a note
 PANEL_HEIGHT = 230
@@ -96,13 +94,6 @@ def esc(s: object) -> str:
     return html.escape("" if s is None else str(s), quote=True)
 
 
-def _utc(ns: int | float | None, ms: bool = True) -> str:
-    if ns is None:
-        return "-"
-    t = datetime.fromtimestamp(ns / NS, tz=timezone.utc)
-    return t.strftime("%Y-%m-%d %H:%M:%S") + (f".{t.microsecond // 1000:03d}" if ms else "")
-
-
 def _num(v: Any) -> str:
     """Return a number written for a person (3 significant digits, thousands separated)."""
     if isinstance(v, bool) or v is None:
@@ -127,7 +118,7 @@ def _value(key: str, v: Any) -> str:
         if k.endswith("_ns") and abs(v) < 1e12:
             return f"{v / 1e6:.3g} ms"
         if (k in ("start", "end", "first", "last") or k.endswith(("_s", "_time"))) and 1e9 <= v < 1e10:
-            return _utc(v * NS)
+            return utc_text(v * NS, 3)
     return _flat(v)
 
 
@@ -690,7 +681,7 @@ def _incidents_html(analysis: Analysis, t0_ns: int | None) -> str:
                   f"<ul>{''.join(ev)}</ul>" + (f"<p class=dim>drop per flow:</p><ul>{drop}</ul>" if drop else "")
                   + "</details>")
         rows.append([f'<span class=swatch style="background:{color}"></span>{i}',
-                     f"{esc(_utc(inc.start_ns))}{rel}",
+                     f"{esc(utc_text(inc.start_ns, 3))}{rel}",
                      f"{(inc.end_ns - inc.start_ns) / NS:.2f}",
                      esc(inc.kind),
                      f"<b>{esc(inc.cause or 'unexplained')}</b> {inc.confidence:.2f}",
@@ -744,7 +735,7 @@ def _header_html(tl: Any, analysis: Analysis, nets: list[dict[str, Any]], t0: in
     else:
         net_html = "<span class=dim>none announced (no beacon or probe response captured)</span>"
     caps = ", ".join(f"{esc(e.file)} <span class=dim>({esc(e.kind)}, {esc(e.vantage)})</span>" for e in b.captures)
-    span = "-" if t0 is None else f"{esc(_utc(t0))} to {esc(_utc(t1))} ({(t1 - t0) / NS:.1f} s)"
+    span = "-" if t0 is None else f"{esc(utc_text(t0, 3))} to {esc(utc_text(t1, 3))} ({(t1 - t0) / NS:.1f} s)"
     n = len(analysis.incidents)
     verdict = (f"{n} incident{'s' if n != 1 else ''}" + (": " + ", ".join(
         f"#{i} {esc(inc.cause or 'unexplained')}" for i, inc in enumerate(analysis.incidents[:8], 1)) if n else ""))

@@ -75,8 +75,8 @@ import polars as pl
 import xlayer.timeline.fit as fitm
 import xlayer.timeline.match as mm
 from xlayer.bundle.manifest import Bundle, BundleError, CaptureEntry, open_bundle
+from xlayer.text import NS
 
-NS = 1_000_000_000
 MIN_SIMULTANEOUS = 20
 OVERRIDE_COST_NS = 100_000.0
 
@@ -232,41 +232,6 @@ class Alignment:
 
     def to_json(self, **kw: Any) -> str:
         return json.dumps(self.as_json(), **kw)
-
-    def apply(self, frame: pl.DataFrame | pl.LazyFrame, capture: str | None = None, column: str = "ts_ns",
-              unmatched: str = "keep", keep_local: str | None = None) -> pl.DataFrame | pl.LazyFrame:
-        """Return `frame` with `column` moved onto the reference clock (int64 ns).
-
-        capture: the capture (file or vantage) all rows come from; if None, the rows' `capture_file`
-        column (as `Bundle.scan`/`packets()`/`tcp_state()` add it) says, row by row.
-        unmatched: what to do with rows of an unmatched capture: "keep" their stamps, set them to
-        "null", or "raise" ValueError.  keep_local: also keep the original stamps under this name.
-        """
-        if unmatched not in ("keep", "null", "raise"):
-            raise ValueError("unmatched must be 'keep', 'null' or 'raise'")
-        col = pl.col(column).cast(pl.Int64)
-
-        def conv(c: CaptureAlignment) -> pl.Expr:
-            if c.aligned:
-                return c.to_reference_ns(col)
-            if unmatched == "raise":
-                raise ValueError(f"{c.file}: clock not aligned ({c.method})")
-            return col if unmatched == "keep" else pl.lit(None, dtype=pl.Int64)
-
-        if capture is not None:
-            expr = conv(self.capture(capture))
-        else:
-            names = frame.collect_schema().names() if isinstance(frame, pl.LazyFrame) else frame.columns
-            if "capture_file" not in names:
-                raise ValueError("the table has no capture_file column: name the capture")
-            expr = None
-            for c in self.captures:
-                e = conv(c)
-                expr = (pl.when(pl.col("capture_file") == c.file).then(e) if expr is None
-                        else expr.when(pl.col("capture_file") == c.file).then(e))
-            expr = col if expr is None else expr.otherwise(col if unmatched == "keep" else pl.lit(None, pl.Int64))
-        extra = [pl.col(column).alias(keep_local)] if keep_local else []
-        return frame.with_columns(*extra, expr.alias(column))
 
     def table(self) -> str:
         """Return a readable table of the result."""

@@ -37,7 +37,6 @@ from typing import Any
 import polars as pl
 
 from parsers.decode.ingest import IngestStats
-
 from xlayer.bundle.manifest import Bundle, BundleError, CaptureEntry, open_bundle
 from xlayer.bundle.tables import scan
 from xlayer.timeline.flowkey import flow_exprs
@@ -47,9 +46,8 @@ ADDED = ("capture_file", "vantage", "clock", "kind", "ts_local_ns", "flow", "con
 
 def needed_columns(modules: Sequence[Any] = ()) -> list[str]:
     """Return the packet columns the alignment and the given table modules read (schema order)."""
-    from parsers.schema import NAMES
-
     import xlayer.timeline.match as mm
+    from parsers.schema import NAMES
 
     want = set(mm.READ_COLS) | {"frame", "ts_ns", "caplen", "malformed", "ip_src", "ip_dst", "ip_proto", "sport", "dport",
                                   "tcp_len", "tcp_flags"}

@@ -12,7 +12,18 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from xlayer.attribution.causes import (ap_queue_overflow, fragmentation, handoff, host_limited, interference, mac_retries, performance_anomaly, rate_change, rts_overhead, spurious_rto)
+from xlayer.attribution.causes import (
+    ap_queue_overflow,
+    fragmentation,
+    handoff,
+    host_limited,
+    interference,
+    mac_retries,
+    performance_anomaly,
+    rate_change,
+    rts_overhead,
+    spurious_rto,
+)
 
 # Sorted by name: the order findings of equal confidence are listed in.
 CAUSES: tuple[ModuleType, ...] = (ap_queue_overflow, fragmentation, handoff, host_limited, interference, mac_retries, performance_anomaly, rate_change, rts_overhead, spurious_rto)

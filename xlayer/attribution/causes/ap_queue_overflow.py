@@ -11,8 +11,16 @@ from __future__ import annotations
 
 import polars as pl
 
+from xlayer.attribution.causes.base import (
+    LEAD_NS,
+    NS,
+    Context,
+    Window,
+    clip01,
+    frames,
+    mbps,
+)
 from xlayer.attribution.incidents import CauseFinding
-from xlayer.attribution.causes.base import LEAD_NS, NS, Context, Window, clip01, frames, mbps
 
 NAME = "ap_queue_overflow"
 COLOR = "#8c564b"          # its incidents in the report

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from xlayer.attribution.incidents import FrameRef
+from xlayer.text import NS
 
 if TYPE_CHECKING:
     from xlayer.attribution.drops import DropConfig
     from xlayer.timeline.open import Timeline
 
-NS = 1_000_000_000
 LEAD_NS = 500_000_000          # causes precede their effect: evidence is read from this long before a window
 
 
@@ -44,8 +44,11 @@ class Context:
         self.quiet: list[tuple[int, int]] = []     # drop windows: "outside" statistics leave them out
 
     def table(self, name: str) -> pl.DataFrame:
-        """Return a metric table of the timeline."""
-        return self.tl.table(name)
+        """Return a metric table of the timeline (read once per analysis, then kept)."""
+        key = f"table:{name}"
+        if key not in self._cache:
+            self._cache[key] = self.tl.table(name)
+        return self._cache[key]
 
     def between(self, name: str, start_ns: int, end_ns: int, col: str = "ts_ns") -> pl.DataFrame:
         """Return the rows of a table whose `col` lies in [start_ns, end_ns)."""

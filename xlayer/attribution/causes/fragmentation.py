@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import Context, Window, clip01, frames
+from xlayer.attribution.incidents import CauseFinding
 
 NAME = "fragmentation"
 COLOR = "#bcbd22"          # its incidents in the report

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from xlayer.attribution.incidents import CauseFinding, FrameRef
 from xlayer.attribution.causes.base import LEAD_NS, NS, Context, Window, frames
+from xlayer.attribution.incidents import CauseFinding, FrameRef
 
 NAME = "handoff"
 COLOR = "#1f77b4"          # its incidents in the report

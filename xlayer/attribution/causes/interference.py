@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import LEAD_NS, Context, Window, clip01, frames
+from xlayer.attribution.incidents import CauseFinding
 
 NAME = "interference"
 COLOR = "#7f7f7f"          # its incidents in the report

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import LEAD_NS, Context, Window, clip01, frames
+from xlayer.attribution.incidents import CauseFinding
 
 NAME = "mac_retries"
 COLOR = "#d62728"          # its incidents in the report

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import NS, Context, Window, clip01
+from xlayer.attribution.incidents import CauseFinding
 
 NAME = "performance_anomaly"
 COLOR = "#9467bd"          # its incidents in the report

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import NS, Context, Window, clip01, frames
+from xlayer.attribution.incidents import CauseFinding
 
 NAME = "rate_change"
 COLOR = "#ff7f0e"          # its incidents in the report

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from xlayer.attribution.incidents import CauseFinding
 from xlayer.attribution.causes.base import LEAD_NS, Context, Window, clip01, frames
+from xlayer.attribution.incidents import CauseFinding
 
 NAME = "spurious_rto"
 COLOR = "#e377c2"          # its incidents in the report

@@ -6,10 +6,11 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from parsers.formats.detect import pcap_magic
+
 # Pcap global header: magic, version, thiszone, sigfigs, snaplen, linktype.
 PCAP_GLOBAL = struct.Struct("<IHHiIII")
 PCAP_RECORD = struct.Struct("<IIII")
-PCAP_MAGICS = {0xA1B2C3D4: 1e-6, 0xA1B23C4D: 1e-9}
 
 
 @dataclass(frozen=True)
@@ -34,9 +35,10 @@ def count_pcap(path: Path) -> PcapSummary:
         raise ValueError(f"{path}: too short for a pcap header")
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
         magic, _vmaj, _vmin, _tz, _sig, snaplen, linktype = PCAP_GLOBAL.unpack_from(data, 0)
-        if magic not in PCAP_MAGICS:
+        kind = pcap_magic(data[:4])
+        if kind is None or kind.byte_order != "<":
             raise ValueError(f"{path}: not a little-endian classic pcap (magic {magic:#x})")
-        scale = PCAP_MAGICS[magic]
+        scale = 1e-9 if kind.nanosecond else 1e-6
         unpack = PCAP_RECORD.unpack_from
         off = PCAP_GLOBAL.size
         n = cut = 0

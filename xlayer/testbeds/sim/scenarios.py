@@ -333,39 +333,38 @@ def udp_overflow(seconds: float) -> Scenario:
         expect=expect, causes=causes)
 
 
-@scenario("fragmentation", "802.11g, one station, TCP download, FragmentationThreshold 256: every "
-          "data MPDU goes out in fragments (study 002)", 2.25)
-def fragmentation(seconds: float) -> Scenario:
+def _mac_overhead(name: str, seconds: float, counter: str, counted: str, cause: str, evidence: str,
+                  numbers: dict, **mac: int) -> Scenario:
+    """One station 5 m from the AP, one TCP download, and one MAC setting (`mac`, Scenario fields) that
+    adds overhead to every data frame: the effect shows if the truth's ``mac[counter]`` is above zero,
+    and `cause` holds from the start of the traffic to the end."""
     def expect(truth: dict) -> tuple[bool, str]:
-        n = truth["mac"]["fragments_sent"]
-        return n > 0, f"{n} fragments with More Fragments set sent by the AP (want > 0)"
+        n = truth["mac"][counter]
+        return n > 0, f"{n} {counted} (want > 0)"
 
     return Scenario(
-        name="fragmentation", summary="", seconds=seconds, frag_threshold=256,
+        name=name, summary="", seconds=seconds, **mac,
         stations=[Station("sta0", 5.0, 0.0)],
         flows=[Flow("tcp0", "tcp", "sta0", 5001, TRAFFIC_START_S)],
         expect=expect,
-        causes=lambda ctx: [_cause(ctx, "fragmentation", TRAFFIC_START_S, None,
-                                   evidence="every data MSDU is sent as 256-byte fragments, each with "
-                                            "its own header, ACK and backoff",
-                                   numbers={"fragmentation_threshold": 256})])
+        causes=lambda ctx: [_cause(ctx, cause, TRAFFIC_START_S, None, evidence=evidence, numbers=numbers)])
+
+
+@scenario("fragmentation", "802.11g, one station, TCP download, FragmentationThreshold 256: every "
+          "data MPDU goes out in fragments (study 002)", 2.25)
+def fragmentation(seconds: float) -> Scenario:
+    return _mac_overhead("fragmentation", seconds, "fragments_sent",
+                         "fragments with More Fragments set sent by the AP", "fragmentation",
+                         "every data MSDU is sent as 256-byte fragments, each with its own header, ACK "
+                         "and backoff", {"fragmentation_threshold": 256}, frag_threshold=256)
 
 
 @scenario("rts_cts", "802.11g, one station, TCP download, RtsCtsThreshold 0: an RTS/CTS exchange "
           "before every data frame (study 002)", 5.0)
 def rts_cts(seconds: float) -> Scenario:
-    def expect(truth: dict) -> tuple[bool, str]:
-        n = truth["mac"]["rts_sent"]
-        return n > 0, f"{n} RTS frames sent (want > 0)"
-
-    return Scenario(
-        name="rts_cts", summary="", seconds=seconds, rts_threshold=0,
-        stations=[Station("sta0", 5.0, 0.0)],
-        flows=[Flow("tcp0", "tcp", "sta0", 5001, TRAFFIC_START_S)],
-        expect=expect,
-        causes=lambda ctx: [_cause(ctx, "rts_overhead", TRAFFIC_START_S, None,
-                                   evidence="an RTS/CTS exchange precedes every data frame",
-                                   numbers={"rts_cts_threshold": 0})])
+    return _mac_overhead("rts_cts", seconds, "rts_sent", "RTS frames sent", "rts_overhead",
+                         "an RTS/CTS exchange precedes every data frame", {"rts_cts_threshold": 0},
+                         rts_threshold=0)
 
 
 DEAF_AT_S, DEAF_FOR_S = 2.0, 0.9

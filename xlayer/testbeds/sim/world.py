@@ -34,6 +34,19 @@ def _mac(dev) -> str:
     return raw.split("-")[-1].lower()
 
 
+def wired_link(ns, server, ap) -> tuple:
+    """Join NodeContainers `server` and `ap` by CSMA at 1 Gbit/s with a 500 ns delay (a CSMA channel
+    stays busy for tx time + Delay); return (helper, node container, devices), for the caller to keep."""
+    csma = ns.CsmaHelper()
+    csma.SetChannelAttribute("DataRate", ns.StringValue("1Gbps"))
+    csma.SetChannelAttribute("Delay", ns.TimeValue(ns.NanoSeconds(500)))
+    # Built with Add: cppyy cannot pick NodeContainer's variadic constructors from Python.
+    nodes = ns.NodeContainer()
+    nodes.Add(server)
+    nodes.Add(ap)
+    return csma, nodes, csma.Install(nodes)
+
+
 def simulate(job: dict) -> dict:
     """Build the scenario in `job`, run it, write its files; return what the parent needs to know."""
     from ns import ns  # noqa: PLC0415
@@ -86,14 +99,8 @@ def simulate(job: dict) -> dict:
     sniffer.Create(1)
     keep += [server, ap, stas, sniffer]
 
-    # --- wired: CSMA, a nanosecond delay (a CSMA channel stays busy for tx time + Delay) ---
-    csma = ns.CsmaHelper()
-    csma.SetChannelAttribute("DataRate", ns.StringValue("1Gbps"))
-    csma.SetChannelAttribute("Delay", ns.TimeValue(ns.NanoSeconds(500)))
-    wired_nodes = ns.NodeContainer()
-    wired_nodes.Add(server)
-    wired_nodes.Add(ap)
-    wired_devs = csma.Install(wired_nodes)
+    # --- wired: CSMA ---
+    csma, wired_nodes, wired_devs = wired_link(ns, server, ap)
     keep += [csma, wired_nodes, wired_devs]
 
     # --- wireless ---
