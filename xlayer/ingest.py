@@ -9,6 +9,7 @@ from tqdm import tqdm
 
 from parsers.decode.ingest import IngestStats, iter_tables
 from parsers.schema import SCHEMA
+from xlayer.signals import deferred
 
 
 def _bar(total: int, enabled: bool, desc: str):
@@ -51,13 +52,14 @@ def ingest_to_parquet(path: str | os.PathLike, output: str | os.PathLike, decode
             # and a child's peak RSS would include ours at spawn time (reported peaks add up).
             for df in iter_tables(path, decoder=decoder, stats=stats, progress=bar.update,
                                   chunk_bytes=STREAM_CHUNK_BYTES, walk_helper=False, threads=1):
-                table = df.to_arrow()
-                if writer is None:
-                    writer = pq.ParquetWriter(output, table.schema, compression="zstd")
-                if pending is not None:
-                    pending.result()
-                pending = pool.submit(writer.write_table, table)
-                rows += df.height
+                with deferred():    # the writer is made and handed whole tables, never cut halfway
+                    table = df.to_arrow()
+                    if writer is None:
+                        writer = pq.ParquetWriter(output, table.schema, compression="zstd")
+                    if pending is not None:
+                        pending.result()
+                    pending = pool.submit(writer.write_table, table)
+                    rows += df.height
             if pending is not None:
                 pending.result()        # the last write: its error surfaces here
                 pending = None
@@ -77,10 +79,11 @@ def ingest_to_parquet(path: str | os.PathLike, output: str | os.PathLike, decode
             os.unlink(output)
         raise
     finally:
-        _settle(pending)
-        pool.shutdown(wait=True)
-        if writer is not None:
-            writer.close()
+        with deferred():
+            _settle(pending)
+            pool.shutdown(wait=True)
+            if writer is not None:
+                writer.close()
     return rows
 
 

@@ -1,17 +1,55 @@
-"""SIGTERM handled as SIGINT is: commands stop by raising, so writers close and leave whole files."""
+"""SIGINT and SIGTERM stop a command by raising, so writers close and leave whole files.
+
+`stop_on_signals()` makes SIGTERM raise `Stop` (as SIGINT raises KeyboardInterrupt); inside
+`deferred()` both wait until the block is done, for the few steps that must not be cut in the middle
+(creating a file's writer, handing it a table), and are raised at its end.
+"""
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
-class Stop(Exception):
-    """Raised from the SIGTERM handler; commands catch it with KeyboardInterrupt."""
+class Stop(BaseException):
+    """Raised from the SIGTERM handler; commands catch it with KeyboardInterrupt.
+
+    A BaseException, like KeyboardInterrupt: code that goes on after `except Exception` (one unreadable
+    capture must not stop the others) must not go on after a request to stop.
+    """
 
 
-def _on_term(signum, frame):  # noqa: ARG001 - signal handler signature
-    raise Stop()
+_held = 0                       # depth of `deferred()` blocks the main thread is in
+_pending: int | None = None     # a signal that arrived inside one
 
 
-def stop_on_sigterm() -> None:
-    """Make SIGTERM raise `Stop` in the main thread from now on; return None."""
-    signal.signal(signal.SIGTERM, _on_term)
+def _raise(signum: int) -> None:
+    raise Stop() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _on_signal(signum, frame):  # noqa: ARG001 - signal handler signature
+    global _pending
+    if _held:
+        _pending = signum
+        return
+    _raise(signum)
+
+
+def stop_on_signals() -> None:
+    """Make SIGTERM raise `Stop` and SIGINT KeyboardInterrupt in the main thread from now on; return None."""
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while the block runs; raise the one that came once it is done."""
+    global _held, _pending
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+        if not _held and _pending is not None:
+            signum, _pending = _pending, None
+            _raise(signum)

@@ -71,7 +71,11 @@ def test_ingest_stops_cleanly_on_signal(tmp_path, sig) -> None:
     out = tmp_path / "big.parquet"
     proc = subprocess.Popen([sys.executable, "-m", "xlayer", "ingest", str(src), "-o", str(out), "-q"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    time.sleep(3.0)
+    # Signalled once the output file is there (the first chunk is written), however busy the machine is:
+    # a fixed sleep would sometimes land during start-up, before any file exists.
+    deadline = time.monotonic() + 120
+    while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)
     assert "Traceback" not in stderr

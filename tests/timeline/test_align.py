@@ -373,27 +373,21 @@ def test_apply_aligns_packets(tmp_path: Path) -> None:
 
 
 def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import argparse
-
-    import xlayer.cli.align as align_cli
+    from xlayer.cli.main import main
 
     d, truth = _lab_copy(tmp_path)
-    p = argparse.ArgumentParser()
-    align_cli.register(p.add_subparsers(dest="cmd"))
-    args = p.parse_args(["align", str(d), "--json"])
-    assert args.func(args) == 0
+    assert main(["align", str(d), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"reference", "captures"} and out["reference"] == "server"
     keys = {"file", "vantage", "offset_s", "skew_ppm", "anchor_ts", "matched", "residual_us", "method"}
     assert len(out["captures"]) == 5
     for c in out["captures"]:
         assert set(c) == keys
-    args = p.parse_args(["align", str(d)])
-    assert args.func(args) == 0
+    assert main(["align", str(d)]) == 0
     text = capsys.readouterr().out
     assert "reference: server" in text and "two-way:ip" in text
-    args = p.parse_args(["align", str(tmp_path / "nope")])
-    assert args.func(args) == 2
+    assert main(["align", str(tmp_path / "nope")]) == 2
+    assert "no such directory" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ import json
 import sys
 from typing import Any
 
-from xlayer.bundle.manifest import BundleError
 
 
 def cmd_align(args: argparse.Namespace) -> int:
@@ -14,14 +13,8 @@ def cmd_align(args: argparse.Namespace) -> int:
     from xlayer.text import safe_text
     from xlayer.timeline.align import align_bundle
 
-    try:
-        al = align_bundle(args.bundle, reference=args.reference, decoder=args.decoder,
-                          min_matches=args.min_matches, use_tsft=not args.no_tsft)
-    except BundleError as exc:
-        print(f"xlayer: {safe_text(exc)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    al = align_bundle(args.bundle, reference=args.reference, decoder=args.decoder,
+                      min_matches=args.min_matches, use_tsft=not args.no_tsft)
     if args.json:
         json.dump(al.as_json(), sys.stdout, indent=2, allow_nan=False)
         print()

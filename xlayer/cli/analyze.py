@@ -6,9 +6,8 @@ import json
 import sys
 from typing import Any
 
-from xlayer.bundle.manifest import BundleError
 from xlayer.cli.common import add_timeline_options
-from xlayer.signals import Stop, stop_on_sigterm
+from xlayer.signals import stop_on_signals
 from xlayer.text import clock_text
 
 
@@ -53,19 +52,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from xlayer.attribution.analyze import analyze
     from xlayer.attribution.drops import DropConfig
     from xlayer.cli.common import open_from_args, steps
-    from xlayer.text import safe_text
 
-    stop_on_sigterm()
+    stop_on_signals()
     cfg = DropConfig(threshold=args.threshold, min_duration_s=args.min_duration,
                      window=tuple(args.window) if args.window else None)
-    try:
-        with steps("analyze", args.quiet or args.json) as step:
-            an = analyze(open_from_args(args, step), cfg, progress=step)
-    except BundleError as exc:
-        print(f"xlayer: {safe_text(exc)}", file=sys.stderr)
-        return 2
-    except (KeyboardInterrupt, Stop):
-        return 130
+    with steps("analyze", args.quiet or args.json) as step:
+        an = analyze(open_from_args(args, step), cfg, progress=step)
     if args.json:
         json.dump(an.as_json(), sys.stdout, indent=2, allow_nan=False, default=str)
         print()

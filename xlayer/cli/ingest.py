@@ -10,7 +10,7 @@ import xlayer.ingest as ingest_mod
 from parsers.decode.ingest import IngestStats
 from parsers.decode.registry import linktype_name
 from parsers.formats.records import CaptureError
-from xlayer.signals import Stop, stop_on_sigterm
+from xlayer.signals import Stop, stop_on_signals
 from xlayer.text import safe_text, utc_text
 
 
@@ -42,7 +42,7 @@ def _rows_in(parquet: str) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     """Write a capture as Parquet and print the counts; return the exit code."""
-    stop_on_sigterm()
+    stop_on_signals()
     st = IngestStats()
     try:
         written = ingest_mod.ingest_to_parquet(args.file, args.output, decoder=args.decoder, stats=st,
@@ -66,13 +66,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Print what a capture holds; return the exit code."""
-    try:
-        st = ingest_mod.scan_stats(args.file, decoder=args.decoder, progress=not args.quiet and not args.json)
-    except CaptureError as exc:
-        print(f"xlayer: {safe_text(exc)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    st = ingest_mod.scan_stats(args.file, decoder=args.decoder, progress=not args.quiet and not args.json)
     if args.json:
         json.dump(st.as_dict(), sys.stdout, indent=2, default=str)
         print()

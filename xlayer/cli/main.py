@@ -6,7 +6,11 @@ import os
 import sys
 from collections.abc import Sequence
 
+from parsers.formats.records import CaptureError
+from xlayer.bundle.manifest import BundleError
 from xlayer.cli import COMMANDS
+from xlayer.signals import Stop
+from xlayer.text import safe_text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,8 +29,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "file", None) is not None and not os.path.exists(args.file):
         print(f"xlayer: {args.file}: no such file", file=sys.stderr)
         return 2
+    # What every command does with a bad bundle or capture (one line, exit 2) and an interrupt (exit 130);
+    # a command catches these itself only to say more (what it left behind).
     try:
         return int(args.func(args))
+    except (BundleError, CaptureError) as exc:
+        print(f"xlayer: {safe_text(exc)}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Stop):
+        print("xlayer: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # the reader of our output went away (`| head`): nothing more to say, and no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -7,7 +7,7 @@ from typing import Any
 
 from xlayer.bundle.manifest import BundleError
 from xlayer.cli.common import add_timeline_options
-from xlayer.signals import Stop, stop_on_sigterm
+from xlayer.signals import Stop, stop_on_signals
 
 
 def cmd_metrics(args: argparse.Namespace) -> int:
@@ -26,7 +26,7 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     if not args.bundle or not args.output:
         print("xlayer: metrics: BUNDLE and -o/--output DIR are required", file=sys.stderr)
         return 2
-    stop_on_sigterm()
+    stop_on_signals()
     names = args.tables.split(",") if args.tables else None
     try:
         with steps("metrics", args.quiet) as step:

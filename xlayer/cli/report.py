@@ -7,7 +7,7 @@ from typing import Any
 
 from xlayer.bundle.manifest import BundleError
 from xlayer.cli.common import add_timeline_options
-from xlayer.signals import Stop, stop_on_sigterm
+from xlayer.signals import Stop, stop_on_signals
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -17,7 +17,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from xlayer.report.page import build_report
     from xlayer.text import safe_text
 
-    stop_on_sigterm()
+    stop_on_signals()
     try:
         with steps("report", args.quiet) as step:
             tl = open_from_args(args, step)
