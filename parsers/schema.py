@@ -141,7 +141,7 @@ def empty_frame() -> pl.DataFrame:
 
 
 def markdown_table(columns: tuple[Column, ...] = COLUMNS) -> str:
-    """Return a schema (the packet table's by default) as a Markdown table, for the README."""
+    """Return a schema (the packet table's by default) as a Markdown table, for the reference pages."""
     lines = ["| column | dtype | unit | meaning |", "|---|---|---|---|"]
     for c in columns:
         lines.append(f"| `{c.name}` | {c.dtype} | {c.unit} | {c.doc} |")

@@ -243,7 +243,7 @@ def normalize_addr(text: str) -> str:
 
 
 def markdown_table() -> str:
-    """Return the host TCP state schema as a Markdown table (for the README)."""
+    """Return the host TCP state schema as a Markdown table (for the reference pages)."""
     return _packet_schema.markdown_table(COLUMNS)
 
 

@@ -173,6 +173,16 @@ _BUNDLE_KEYS = ("xlayer_bundle", "created", "host", "tags", "captures", "clocks"
                 "capture")
 
 
+def named(items: list[Any], which: str) -> tuple[Any | None, list[Any]]:
+    """Return the item (a capture entry, or anything with `file` and `vantage`) that `which` names: the
+    one with that file, else the only one at that vantage; and every item at that vantage."""
+    for c in items:
+        if c.file == which:
+            return c, [c]
+    at = [c for c in items if c.vantage == which]
+    return (at[0] if len(at) == 1 else None), at
+
+
 @dataclass
 class Bundle:
     """One experiment: tags, capture entries, clock information; `path` is its directory once opened."""
@@ -243,12 +253,9 @@ class Bundle:
         """Return the capture named by file (exact) or vantage (if only one capture is there)."""
         if isinstance(which, CaptureEntry):
             return which
-        for c in self.captures:
-            if c.file == which:
-                return c
-        at = [c for c in self.captures if c.vantage == which]
-        if len(at) == 1:
-            return at[0]
+        found, at = named(self.captures, which)
+        if found is not None:
+            return found
         if len(at) > 1:
             raise BundleError(f"vantage {which!r} has {len(at)} captures "
                               f"({', '.join(c.file for c in at)}); name one by its file")

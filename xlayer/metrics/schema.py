@@ -3,7 +3,7 @@
 A metric module declares its tables as ``TABLES = {"name": (Column(...), ...)}``; `conform` holds a
 computed frame to its declared schema (order, dtypes, missing columns as nulls) so a table read from
 Parquet, built empty or computed always looks the same; `register` collects every module's tables so
-the README and `xlayer metrics` list them from one place.
+the reference pages (docs/generate.py) and `xlayer metrics` list them from one place.
 """
 from __future__ import annotations
 

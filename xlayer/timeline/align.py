@@ -74,7 +74,7 @@ import polars as pl
 
 import xlayer.timeline.fit as fitm
 import xlayer.timeline.match as mm
-from xlayer.bundle.manifest import Bundle, BundleError, CaptureEntry, open_bundle
+from xlayer.bundle.manifest import Bundle, BundleError, CaptureEntry, named, open_bundle
 from xlayer.text import NS
 
 MIN_SIMULTANEOUS = 20
@@ -218,12 +218,9 @@ class Alignment:
 
     def capture(self, which: str) -> CaptureAlignment:
         """Return the entry of a capture named by file, or by vantage if only one capture is there."""
-        for c in self.captures:
-            if c.file == which:
-                return c
-        at = [c for c in self.captures if c.vantage == which]
-        if len(at) == 1:
-            return at[0]
+        found, _ = named(self.captures, which)
+        if found is not None:
+            return found
         raise KeyError(f"no single capture {which!r} in the alignment")
 
     def as_json(self) -> dict[str, Any]:

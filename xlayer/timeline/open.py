@@ -1,28 +1,27 @@
-"""One timeline: a bundle's captures read once, moved onto the reference clock, and its metric tables.
+"""One timeline: a bundle's captures decoded once, moved onto the reference clock, and its derived tables.
 
-`open_timeline(bundle)` (or `Bundle.timeline()`) reads every packet capture (only the columns the
-alignment and the metric modules use), aligns the clocks (`xlayer.timeline.align`), and keeps per capture a
-table in the packet schema plus:
+`open_timeline(bundle)` reads every packet capture (only the columns the alignment and the table
+modules use), aligns the clocks (`xlayer.timeline.align`), and keeps per capture a table in the packet
+schema plus:
 
     capture_file, vantage, clock, kind   where the row comes from (manifest)
     ts_ns                                the record's time on the reference clock (int64 epoch ns)
     ts_local_ns                          the capture's own stamp
     flow, conn, dir                      flow identity (`xlayer.timeline.flowkey`)
 
-Large bundles are spilled: each capture's table is written to an uncompressed Arrow IPC file in a
-temporary directory (removed with the Timeline, or by `Timeline.close`) and `packets()` maps it back
-(zero-copy, only the columns asked for are touched), so only what a metric module is working on is in
-memory; `open_timeline(..., spill=False)` keeps every table in memory instead.  A spilled timeline
-also writes each metric table there once its module has computed it (`table()` reads it back on each
-call), and holds what the alignment reads on disk while the captures are read.
+The packet tables are kept in the decode cache (`xlayer.timeline.cache`): written once as uncompressed
+Arrow IPC files, mapped back zero-copy by `packets()` (only the columns asked for are touched), and
+found again by the next command on the same captures; each derived table is written there too once
+its module has computed it.  Without the cache (`cache=False`), large bundles are spilled the same way
+to a temporary directory (removed with the Timeline, or by `Timeline.close`), and `spill=False` keeps
+every table in memory instead.  What the alignment reads is held on disk while the captures are read.
 
 Derived tables are computed on first use by the modules the timeline was opened with (`modules=`;
 `xlayer.metrics.MODULES` for the metric tables, which `xlayer.open_timeline` passes): each module has
 ``NEEDS`` (packet columns it reads), ``TABLES`` (its tables' schemas) and ``build(tl) -> {name: DataFrame}``.
 `Timeline.table(name)` returns one, `Timeline.tables()` all.  The timeline knows nothing of what the
-modules compute: the metrics sit above it and are handed to it.
-A capture the alignment could not place keeps its own stamps, and its tables say so through
-`Timeline.alignment`.
+modules compute: the metrics sit above it and are handed to it.  A capture the alignment could not
+place keeps its own stamps, and its tables say so through `Timeline.alignment`.
 """
 from __future__ import annotations
 

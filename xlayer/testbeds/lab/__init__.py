@@ -1,5 +1,5 @@
 """The lab: real TCP/UDP through network namespaces with an emulated AP queue, captured as a bundle
-with the kernel's own counters as ground truth (`truth.json`).  See xlayer/LAB.md."""
+with the kernel's own counters as ground truth (`truth.json`).  See docs/pages/guides/lab.md."""
 from __future__ import annotations
 
 from xlayer.testbeds.lab.run import LabInterrupted, list_scenarios, run_scenario
