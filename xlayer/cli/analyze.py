@@ -57,7 +57,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     cfg = DropConfig(threshold=args.threshold, min_duration_s=args.min_duration,
                      window=tuple(args.window) if args.window else None)
     with steps("analyze", args.quiet or args.json) as step:
-        an = analyze(open_from_args(args, step), cfg, progress=step)
+        tl = open_from_args(args, step)
+        # Every metric table, not only those the causes read: kept in the decode cache, so that `report`
+        # and `metrics` after this command read them back instead of computing them again.
+        tl.tables(progress=lambda name: step(f"table {name}"))
+        an = analyze(tl, cfg, progress=step)
     if args.json:
         json.dump(an.as_json(), sys.stdout, indent=2, allow_nan=False, default=str)
         print()

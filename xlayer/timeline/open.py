@@ -331,7 +331,7 @@ def open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None = No
             try:
                 return _from_entry(bundle, entry, bin_ns, modules)
             except (OSError, ValueError, KeyError, TypeError):
-                pass    # an entry damaged by hand: built again below, under a fresh directory
+                shutil.rmtree(entry.path, ignore_errors=True)   # damaged (by hand?): built again below
         try:
             build = tcache.begin(key)
         except OSError:
