@@ -35,7 +35,7 @@ def child(bundle: str) -> None:
     from xlayer.metrics import open_timeline
 
     t0 = time.perf_counter()
-    tl = open_timeline(bundle)
+    tl = open_timeline(bundle, cache=False)   # the whole pipeline each time, nothing kept
     t1 = time.perf_counter()
     stages: dict[str, float] = {}
     last = [time.perf_counter()]

@@ -1,7 +1,10 @@
 """Why did throughput drop: incidents from the timeline, each cause scored on every layer's evidence.
 
 1. Drop detection (`xlayer.attribution.drops`): per data flow, windows where goodput fell well below the flow's
-   own steady state, merged across flows that drop together.
+   own steady state, merged across flows that drop together.  Flows below the data-flow thresholds
+   (`DropConfig.min_rate_bps`, `min_flow_duration_s`) are left out, and the notes say which and why:
+   each one with TCP retransmissions on its own line with its numbers, the others named (a few) and
+   counted; with no data flow at all, one line says why (no IP packet, or every flow below them).
 2. Windows the causes see by themselves (`propose` in a cause module): conditions that hold for a
    whole run (the performance anomaly, RTS/CTS always on, a fragmentation threshold) and events that
    start an incident (a station losing its association).  An event cuts the drop windows it falls
@@ -26,6 +29,7 @@ from xlayer.attribution.drops import (
     data_flows,
     find_drops,
     flow_goodput,
+    left_out,
     merge_windows,
 )
 from xlayer.attribution.incidents import Analysis, Incident
@@ -149,7 +153,116 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
         incidents.append(Incident(w.start_ns, w.end_ns, w.kind, flows, stations, w.drop, found))
     incidents.sort(key=lambda i: (-i.confidence, i.start_ns))
     return Analysis(incidents, _flow_summary(ctx, chosen, g), tl.alignment.as_json(), dict(tl.bundle.tags),
-                    [f"{f}: {err}" for f, err in tl.errors.items()] + read_notes(tl))
+                    [f"{f}: {err}" for f, err in tl.errors.items()] + read_notes(tl) + flow_notes(tl, chosen, cfg))
+
+
+MAX_NAMED = 3            # left-out flows named in a note (the rest counted)
+MAX_RETX_LINES = 10      # left-out flows with retransmissions given a line each
+
+
+def _bps(x: float | None) -> str:
+    """Return a rate as text with a readable unit."""
+    if x is None or x != x:
+        return "? bit/s"
+    if x >= 1e6:
+        return f"{x / 1e6:.2f} Mbit/s"
+    if x >= 1e3:
+        return f"{x / 1e3:.1f} kbit/s"
+    return f"{x:.0f} bit/s"
+
+
+def _limit(x: float) -> str:
+    """Return a threshold rate as short text (100 kbit/s, not 100.0 kbit/s)."""
+    if x >= 1e6:
+        return f"{x / 1e6:g} Mbit/s"
+    if x >= 1e3:
+        return f"{x / 1e3:g} kbit/s"
+    return f"{x:g} bit/s"
+
+
+def _reason(r: dict[str, Any], cfg: DropConfig) -> str:
+    """Return why a flow was left out of drop detection, with its numbers."""
+    rate, dur = _bps(r["rate_bps"]), f"{r['duration_s']:.2f} s"
+    if r["reason"] == "no_payload":
+        return "no payload"
+    if r["reason"] == "too_short":
+        return f"{rate} over {dur}: shorter than --min-flow-duration {cfg.min_flow_duration_s:g} s"
+    if r["reason"] == "below_rate_and_too_short":
+        return (f"{rate} over {dur}: below --min-rate {_limit(cfg.min_rate_bps)} and shorter than "
+                f"--min-flow-duration {cfg.min_flow_duration_s:g} s")
+    return f"{rate} over {dur}: below --min-rate {_limit(cfg.min_rate_bps)}"
+
+
+def _retransmissions_per_flow(rt: pl.DataFrame) -> pl.DataFrame:
+    """Return per flow the retransmissions at the capture that saw most: n, spurious, spurious after a timeout."""
+    if rt.height == 0:
+        return pl.DataFrame(schema={"flow": pl.String, "vantage": pl.String, "n": pl.UInt32,
+                                    "spurious": pl.UInt32, "spurious_timeouts": pl.UInt32})
+    rt = rt.filter(pl.col("class").is_in(["rto", "fast", "spurious"]))
+    sp = pl.col("spurious").fill_null(False)
+    per = rt.group_by("flow", "capture_file").agg(
+        pl.col("vantage").first(), pl.len().alias("n"), sp.sum().cast(pl.UInt32).alias("spurious"),
+        (sp & pl.col("trigger").is_in(["rto", "tlp"])).sum().cast(pl.UInt32).alias("spurious_timeouts"))
+    return (per.sort(["flow", "n", "capture_file"], descending=[False, True, False])
+            .group_by("flow", maintain_order=True).first().drop("capture_file"))
+
+
+def _no_ip_note(tl: Timeline) -> str:
+    """Return the line saying that no capture carried an IP packet (with the air's data frames, if any)."""
+    text = "no flow for drop detection: no capture carried IP packets"
+    try:
+        air = tl.table("air_frames")
+    except Exception:  # noqa: BLE001 - a bundle without air captures may have no such table
+        return text
+    n = air.filter(pl.col("wlan_type") == 2).height if air.height else 0
+    if n:
+        text += (f" ({n:,} 802.11 data frame{'s' if n != 1 else ''} on the air, none readable as IP: "
+                 "protected, or not IP)")
+    return text
+
+
+def flow_notes(tl: Timeline, chosen: pl.DataFrame, cfg: DropConfig) -> list[str]:
+    """Return the lines saying which flows drop detection left out and why (see the module doc)."""
+    flows = tl.table("flows")
+    if flows.height == 0:
+        return [_no_ip_note(tl)]
+    out = left_out(flows, cfg)
+    if out.height == 0:
+        return []
+    retx = _retransmissions_per_flow(tl.table("retransmissions"))
+    out = out.join(retx, on="flow", how="left", suffix="_rt").with_columns(pl.col("n").fill_null(0))
+    lines = []
+    with_rt = out.filter(pl.col("n") > 0).sort(["n", "flow"], descending=[True, False])
+    for r in with_rt.head(MAX_RETX_LINES).iter_rows(named=True):
+        n = r["n"]
+        what = f"{n} TCP retransmission{'s' if n != 1 else ''}"
+        if r["spurious"]:
+            what += f" ({r['spurious']} spurious, {r['spurious_timeouts']} of them after a timeout)"
+        lines.append(f"left out of drop detection: {r['flow']} ({_reason(r, cfg)}), though it has {what} at "
+                     f"{r['vantage_rt']}; lower the threshold to consider it")
+    if with_rt.height > MAX_RETX_LINES:
+        lines.append(f"left out of drop detection: {with_rt.height - MAX_RETX_LINES} more flows with TCP "
+                     "retransmissions")
+    rest = out.filter((pl.col("n") == 0) & (pl.col("reason") != "no_payload"))
+    named = "; ".join(f"{r['flow']} ({_reason(r, cfg)})" for r in rest.head(MAX_NAMED).iter_rows(named=True))
+    if rest.height > MAX_NAMED:
+        named += f"; and {rest.height - MAX_NAMED} more"
+    if chosen.height == 0:
+        total = flows["flow"].n_unique()
+        bare = out.filter(pl.col("reason") == "no_payload").height
+        text = (f"no flow for drop detection: {total} flow{'s' if total != 1 else ''} seen, all below "
+                f"--min-rate {_limit(cfg.min_rate_bps)} or shorter than --min-flow-duration "
+                f"{cfg.min_flow_duration_s:g} s (lower them to consider these flows)")
+        bits = [named] if named else []
+        if with_rt.height:
+            bits.append(f"{with_rt.height} with TCP retransmissions (below)")
+        if bare:
+            bits.append(f"{bare} without payload")
+        lines.insert(0, text + (": " + "; ".join(bits) if bits else ""))
+    elif rest.height:
+        lines.append(f"left out of drop detection ({rest.height} flow{'s' if rest.height != 1 else ''} "
+                     f"below --min-rate or --min-flow-duration): {named}")
+    return lines
 
 
 def read_notes(tl: Timeline) -> list[str]:

@@ -3,8 +3,12 @@
 Per flow, one goodput series is used: the one from the capture furthest downstream (the capture
 whose first packet of the flow is latest, among those with at least a tenth of the packets of the
 best one: a queue that drops most of a flow still leaves the rest to count), because a drop made by
-a queue or the air shows only after it.  Only data flows count (payload at least `min_rate_bps` on
-average over at least `min_seconds`).
+a queue or the air shows only after it.  Only data flows count: a flow carrying transport payload at
+`min_rate_bps` or more on average (default 100 kbit/s, `xlayer analyze --min-rate`) over at least
+`min_flow_duration_s` between its first and last packet (default 1 s, `--min-flow-duration`), at one
+capture at least.  `left_out(flows, cfg)` lists the others with the reason; `xlayer analyze` names
+them in its notes, so that a slow flow (a control connection, a flow starved from its start) does
+not vanish without a word.
 
 The series is smoothed over `smooth_bins` bins; the flow's steady state (its baseline) is the
 `baseline_quantile` of the smoothed series inside the analysis window, leaving out the first
@@ -33,9 +37,21 @@ class DropConfig:
     baseline_quantile: float = 0.9
     warmup_s: float = 0.5
     merge_gap_s: float = 0.3
-    min_rate_bps: float = 100_000.0
-    min_seconds: float = 1.0
+    min_rate_bps: float = 100_000.0               # a data flow carries at least this payload rate, bit/s
+    min_flow_duration_s: float = 1.0              # ... over at least this long (first to last packet)
     window: tuple[float, float] | None = None     # analysis window, seconds since the bundle's first packet
+
+    @property
+    def min_seconds(self) -> float:
+        """Return `min_flow_duration_s` (its former name)."""
+        return self.min_flow_duration_s
+
+
+def _with_rate(flows: pl.DataFrame) -> pl.DataFrame:
+    """Return the flows table with `_dur` (seconds, first to last packet) and `_rate` (payload bit/s) added."""
+    f = flows.with_columns(((pl.col("last_ts_ns") - pl.col("first_ts_ns")) / NS).alias("_dur"))
+    return f.with_columns(pl.when(pl.col("_dur") > 0).then(pl.col("payload_bytes") * 8 / pl.col("_dur"))
+                          .alias("_rate"))
 
 
 def data_flows(flows: pl.DataFrame, cfg: DropConfig) -> pl.DataFrame:
@@ -43,12 +59,38 @@ def data_flows(flows: pl.DataFrame, cfg: DropConfig) -> pl.DataFrame:
     if flows.height == 0:
         return flows.select("flow", "vantage", "capture_file")
     f = flows.with_columns(((pl.col("last_ts_ns") - pl.col("first_ts_ns")) / NS).alias("_dur"))
-    f = f.filter((pl.col("payload_bytes") > 0) & (pl.col("_dur") >= cfg.min_seconds))
+    f = f.filter((pl.col("payload_bytes") > 0) & (pl.col("_dur") >= cfg.min_flow_duration_s))
     f = f.filter(pl.col("payload_bytes") * 8 / pl.col("_dur") >= cfg.min_rate_bps)
     f = f.with_columns(pl.col("packets").max().over("flow").alias("_best"))
     f = f.filter(pl.col("packets") >= pl.col("_best") * 0.1)
     return (f.sort(["flow", "first_ts_ns", "capture_file"], descending=[False, True, False])
             .group_by("flow", maintain_order=True).first().select("flow", "vantage", "capture_file"))
+
+
+def left_out(flows: pl.DataFrame, cfg: DropConfig) -> pl.DataFrame:
+    """Return one row per flow `data_flows` leaves out, with the numbers that decided it.
+
+    Columns: flow, proto, vantage and capture_file (the capture that saw most of its payload),
+    payload_bytes, duration_s, rate_bps (payload bit/s; null for a single packet), and reason:
+    "no_payload", "below_rate", "too_short" or "below_rate_and_too_short" (against `min_rate_bps`
+    and `min_flow_duration_s`).  Sorted by payload, largest first.
+    """
+    schema = {"flow": pl.String, "proto": pl.String, "vantage": pl.String, "capture_file": pl.String,
+              "payload_bytes": pl.Int64, "duration_s": pl.Float64, "rate_bps": pl.Float64, "reason": pl.String}
+    if flows.height == 0:
+        return pl.DataFrame(schema=schema)
+    kept = data_flows(flows, cfg)["flow"]
+    f = _with_rate(flows.filter(~pl.col("flow").is_in(kept.to_list())))
+    f = (f.sort(["flow", "payload_bytes", "_dur", "capture_file"], descending=[False, True, True, False])
+         .group_by("flow", maintain_order=True).first())
+    slow = pl.col("_rate").fill_null(0.0) < cfg.min_rate_bps
+    short = pl.col("_dur") < cfg.min_flow_duration_s
+    reason = (pl.when(pl.col("payload_bytes").fill_null(0) <= 0).then(pl.lit("no_payload"))
+              .when(slow & short).then(pl.lit("below_rate_and_too_short"))
+              .when(short).then(pl.lit("too_short")).otherwise(pl.lit("below_rate")))
+    out = f.select("flow", "proto", "vantage", "capture_file", pl.col("payload_bytes").fill_null(0),
+                   pl.col("_dur").alias("duration_s"), pl.col("_rate").alias("rate_bps"), reason.alias("reason"))
+    return out.cast(schema).sort(["payload_bytes", "flow"], descending=[True, False])
 
 
 def _until_conversation_ends(s: pl.DataFrame, flows: pl.DataFrame) -> pl.DataFrame:
