@@ -249,3 +249,87 @@ def test_mgmt_events_match_tshark(rel):
     assert got == want
     if "pyrit" in rel:
         assert sum(1 for w in want if w[1] == "deauth") > 500
+
+
+# --- issue 11: CTS-to-self (item 2), fractions without a denominator (item 6) ---------------------------
+
+def test_cts_to_self_is_not_a_cts_answering_an_rts():
+    """A CTS answers an RTS only as the next record after an RTS from the station it is addressed to,
+    within CTS_WINDOW_NS; any other CTS is a CTS-to-self, counted apart for the station it names."""
+    sta, ap = "02:00:00:00:00:01", "02:00:00:00:00:a1"
+    rows, t = [], 0
+    for i in range(4):                     # uplink data protected by an RTS/CTS exchange
+        rows += [(11, sta, ap, None, t), (12, None, sta, None, t + 300_000), (0, sta, ap, True, t + 600_000),
+                 (13, None, sta, None, t + 900_000)]
+        t += 10_000_000
+    for i in range(3):                     # a retry after a CTS-to-self right behind the station's own frame
+        rows += [(0, sta, ap, True, t), (12, None, sta, None, t + 400_000), (0, sta, ap, True, t + 700_000),
+                 (13, None, sta, None, t + 900_000)]
+        t += 10_000_000
+    rows += [(11, sta, ap, None, t), (12, None, sta, None, t + 2_000_000)]   # too late to answer it
+    rows += [(12, None, ap, None, t + 5_000_000), (0, ap, sta, False, t + 5_300_000)]  # the AP's CTS-to-self
+    frames = [(k + 1, ts, 1 if sub else 2, sub, ta, ra, ap, ds is False, ds is True, k, False, 24.0)
+              for k, (sub, ta, ra, ds, ts) in enumerate(rows)]
+    st = station_tables(_frames(frames), "x.pcap")["stations"].row(0, named=True)
+    assert (st["station"], st["rts"], st["cts"], st["cts_to_self"]) == (sta, 5, 4, 4)
+    # the CTS-to-self frames concern no AP-station exchange: only the 4 CTS answers are AP -> station
+    # frames besides the ACKs (7) and the AP's data frame (1)
+    assert st["frames_down"] == 4 + 7 + 1
+
+
+def test_cts_to_self_on_a_capture():
+    """wpa-Induction.pcap ("13 CTS, 0 RTS" before the fix): every CTS is a CTS-to-self, as tshark shows."""
+    path = corpus_or_skip() / "radiotap/wireshark__wpa-Induction.pcap"
+    tshark = tshark_or_skip()
+    st = station_tables(parsers.read_capture(path), "wpa-Induction.pcap")["stations"].row(0, named=True)
+    out = subprocess.run([tshark, "-r", str(path), "-o", "wlan.check_checksum:TRUE", "-T", "fields",
+                          "-e", "wlan.fc.type_subtype", "-e", "wlan.ta", "-e", "wlan.ra", "-e", "wlan.fcs.status"],
+                         capture_output=True, text=True, check=True).stdout
+    prev, own = None, 0
+    for line in out.splitlines():
+        sub, ta, ra, fcs = line.split("\t")
+        if sub == "0x001c" and ra == st["station"] and fcs == "1":
+            assert not (prev and prev[0] == "0x001b" and prev[1] == ra)     # no RTS before any of them
+            own += 1
+        if sub:
+            prev = (sub, ta)
+    assert own == 109
+    assert (st["rts"], st["cts"], st["cts_to_self"], st["rts_ratio"]) == (0, 0, own, 0.0)
+
+
+@pytest.mark.parametrize("rel", ["radiotap/aircrack-ng__n-02.cap", "radiotap/pyrit__wpa2psk-2WIRE972.dump",
+                                 "radiotap/wireshark__wpa-Induction.pcap", "radiotap/libtrace__10_packets_radiotap.pcap"])
+def test_fractions_without_denominator_are_null_not_nan(rel):
+    """retry_fraction, rts_ratio (and every other fraction) of a station without data frames is null."""
+    path = corpus_or_skip() / rel
+    tabs = station_tables(parsers.read_capture(path), rel)
+    for name in ("stations", "station_series"):
+        df = tabs[name]
+        nan = [c for c, t in df.schema.items() if t.is_float() and df[c].is_nan().any()]
+        assert not nan, (name, nan)
+    st = tabs["stations"]
+    none = st.filter(pl.col("data_frames") == 0)
+    assert none["retry_fraction"].null_count() == none["rts_ratio"].null_count() == none.height
+    if "n-02" in rel:
+        assert none.height == 4             # were NaN before issue 11
+    some = st.filter(pl.col("data_frames") > 0)
+    assert some["retry_fraction"].null_count() == 0 and some["rts_ratio"].null_count() == 0
+    ser = tabs["station_series"]
+    assert (ser.filter(pl.col("data_frames") == 0)["retry_fraction"].null_count()
+            == ser.filter(pl.col("data_frames") == 0).height)
+
+
+def test_fractions_without_denominator_synthetic():
+    """A station seen only in management and control frames: data_frames 0, fractions null."""
+    sta, ap = "02:00:00:00:00:01", "02:00:00:00:00:a1"
+    rows = [(1, 0, 0, 8, ap, "ff:ff:ff:ff:ff:ff", ap, False, False, 0, False, 1.0),
+            (2, 1_000_000, 0, 11, sta, ap, ap, False, False, 1, False, 1.0),
+            (3, 1_200_000, 1, 13, None, sta, None, None, None, None, False, 1.0),
+            (4, 2_000_000, 0, 11, ap, sta, ap, False, False, 2, False, 1.0)]
+    t = station_tables(_frames(rows), "x.pcap")
+    st = t["stations"].row(0, named=True)
+    assert st["station"] == sta and st["data_frames"] == 0
+    assert st["retry_fraction"] is None and st["rts_ratio"] is None
+    assert st["retry_fraction_down"] is None and st["retry_fraction_up"] is None
+    assert st["fcs_bad_rate"] == 0.0
+    assert t["station_series"]["retry_fraction"].to_list() == [None]

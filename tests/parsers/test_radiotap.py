@@ -238,6 +238,10 @@ def _he(d1: int, d2: int, d3: int, d5: int, d6: int) -> bytes:
 
 
 CH_2412_CCK = struct.pack("<HH", 2412, 0x00A0)
+# 0x0000588e: Flags (0x10 FCS at end), Rate 1 Mb/s, Channel 2437 CCK, Lock quality, Antenna 0, dB antenna
+# signal 40, RX flags: the fields end at byte 20; then 4 bytes of padding up to it_len 24.
+PAD_588E = (b"\x10\x02" + struct.pack("<HH", 2437, 0x00A0) + struct.pack("<H", 0) + b"\x00\x28"
+            + struct.pack("<H", 0) + b"\x00" * 4)
 XCH_5180 = struct.pack("<IHBB", 0x140, 5180, 36, 20)
 HE_K1, HE_K2 = 0x4020, 0x0002        # data1: MCS + BW/RU known; data2: GI known
 
@@ -321,6 +325,13 @@ CRAFTED: list[tuple[str, object, dict]] = [
      {"rt_flags": 0, "fcs_bad": False, "ampdu_ref": 77, "ampdu_flags": 0x0C, "rt_timestamp": 123456}),
     ("tx status", rt([(1 << 2) | (1 << 15) | (1 << 17)], b"\x02\x00" + struct.pack("<HB", 0x30, 3)) + DOT11,
      {"phy_rate_mbps": 1.0, "phy": "legacy", "tx_flags": 0x30, "data_retries": 3}),
+    # AirPcap's layout (wpa-Induction.pcap): the fields end at byte 20, it_len is 24, the frame starts there
+    ("padding after the last field", rt([0x0000588E], PAD_588E) + with_fcs(DOT11),
+     {"rt_flags": 0x10, "fcs_bad": False, "phy_rate_mbps": 1.0, "phy": "legacy", "freq_mhz": 2437,
+      "chan_flags": 0x00A0, "antenna": 0, "rx_flags": 0}),
+    ("padding after the last field, bad fcs", rt([0x0000588E], PAD_588E) + with_fcs(DOT11, False),
+     {"rt_flags": 0x10, "fcs_bad": True, "phy_rate_mbps": 1.0, "phy": "legacy", "freq_mhz": 2437,
+      "chan_flags": 0x00A0, "antenna": 0, "rx_flags": 0}),
 ]
 
 
@@ -337,6 +348,20 @@ def test_crafted(name: str, rec, expected: dict) -> None:
     data = rec[0] if isinstance(rec, tuple) else rec
     it_len = data[2] | data[3] << 8
     assert nxt is not None and nxt[0] == KIND_DOT11 and nxt[1] == it_len
+
+
+def test_padding_after_the_last_field_frame_at_it_len() -> None:
+    """Issue 11, item 1: the fields of 0x0000588e end at byte 20, it_len is 24; the 802.11 frame (and so
+    its FCS check and length) starts at it_len, in both decoders."""
+    rec = rt([0x0000588E], PAD_588E) + with_fcs(DOT11)
+    info = radiotap_fields(rec)
+    assert info["length"] == 24 and info["malformed"] is None and info["RX flags"] == 0
+    row, nxt = decode_one(rec)
+    assert nxt == (KIND_DOT11, 24, len(rec) - 4, len(rec) - 4)   # the 802.11 frame without its FCS
+    assert row["fcs_bad"] is False                                # the CRC covers bytes 24.. only
+    # an FCS computed over padding + frame (a decoder starting at byte 20) does not verify
+    row, nxt = decode_one(rt([0x0000588E], PAD_588E) + with_fcs(PAD_588E[-4:] + DOT11)[4:])
+    assert nxt[1] == 24 and row["fcs_bad"] is True
 
 
 @pytest.mark.parametrize("rec,reason", [

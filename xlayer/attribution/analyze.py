@@ -182,15 +182,20 @@ def _limit(x: float) -> str:
 
 def _reason(r: dict[str, Any], cfg: DropConfig) -> str:
     """Return why a flow was left out of drop detection, with its numbers."""
-    rate, dur = _bps(r["rate_bps"]), f"{r['duration_s']:.2f} s"
     if r["reason"] == "no_payload":
-        return "no payload"
-    if r["reason"] == "too_short":
-        return f"{rate} over {dur}: shorter than --min-flow-duration {cfg.min_flow_duration_s:g} s"
-    if r["reason"] == "below_rate_and_too_short":
-        return (f"{rate} over {dur}: below --min-rate {_limit(cfg.min_rate_bps)} and shorter than "
-                f"--min-flow-duration {cfg.min_flow_duration_s:g} s")
-    return f"{rate} over {dur}: below --min-rate {_limit(cfg.min_rate_bps)}"
+        return "no payload: not a data flow"
+    if r["rate_bps"] is None:
+        amount = f"{r['payload_bytes']:,} B of payload at one instant"
+    else:
+        amount = f"{_bps(r['rate_bps'])} over {r['duration_s']:.2f} s"
+    rate = f"below --min-rate {_limit(cfg.min_rate_bps)}"
+    short = f"shorter than --min-flow-duration {cfg.min_flow_duration_s:g} s"
+    why = {"too_short": short, "below_rate_and_too_short": f"{rate} and {short}"}.get(r["reason"], rate)
+    return f"{amount}: {why}"
+
+
+_ADVICE = {"below_rate": "lower --min-rate to consider it", "too_short": "lower --min-flow-duration to consider it",
+           "below_rate_and_too_short": "lower --min-rate and --min-flow-duration to consider it"}
 
 
 def _retransmissions_per_flow(rt: pl.DataFrame) -> pl.DataFrame:
@@ -237,9 +242,11 @@ def flow_notes(tl: Timeline, chosen: pl.DataFrame, cfg: DropConfig) -> list[str]
         n = r["n"]
         what = f"{n} TCP retransmission{'s' if n != 1 else ''}"
         if r["spurious"]:
-            what += f" ({r['spurious']} spurious, {r['spurious_timeouts']} of them after a timeout)"
+            t = r["spurious_timeouts"]
+            what += f" ({r['spurious']} spurious" + (f", {t} after a timeout)" if t else ")")
+        advice = _ADVICE.get(r["reason"])
         lines.append(f"left out of drop detection: {r['flow']} ({_reason(r, cfg)}), though it has {what} at "
-                     f"{r['vantage_rt']}; lower the threshold to consider it")
+                     f"{r['vantage_rt']}" + (f"; {advice}" if advice else ""))
     if with_rt.height > MAX_RETX_LINES:
         lines.append(f"left out of drop detection: {with_rt.height - MAX_RETX_LINES} more flows with TCP "
                      "retransmissions")
@@ -249,10 +256,13 @@ def flow_notes(tl: Timeline, chosen: pl.DataFrame, cfg: DropConfig) -> list[str]
         named += f"; and {rest.height - MAX_NAMED} more"
     if chosen.height == 0:
         total = flows["flow"].n_unique()
-        bare = out.filter(pl.col("reason") == "no_payload").height
-        text = (f"no flow for drop detection: {total} flow{'s' if total != 1 else ''} seen, all below "
-                f"--min-rate {_limit(cfg.min_rate_bps)} or shorter than --min-flow-duration "
-                f"{cfg.min_flow_duration_s:g} s (lower them to consider these flows)")
+        bare = out.filter((pl.col("n") == 0) & (pl.col("reason") == "no_payload")).height
+        text = f"no flow for drop detection: {total} flow{'s' if total != 1 else ''} seen, "
+        if (out["reason"] == "no_payload").all():
+            text += "none carried transport payload" if total != 1 else "without transport payload"
+        else:
+            text += (f"{'all ' if total != 1 else ''}below --min-rate {_limit(cfg.min_rate_bps)} or shorter than "
+                     f"--min-flow-duration {cfg.min_flow_duration_s:g} s (lower them to consider these flows)")
         bits = [named] if named else []
         if with_rt.height:
             bits.append(f"{with_rt.height} with TCP retransmissions (below)")

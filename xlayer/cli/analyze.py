@@ -54,8 +54,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from xlayer.cli.common import open_from_args, steps
 
     stop_on_signals()
-    cfg = DropConfig(threshold=args.threshold, min_duration_s=args.min_duration,
-                     window=tuple(args.window) if args.window else None)
+    cfg = DropConfig(threshold=args.threshold, min_duration_s=args.min_duration, min_rate_bps=args.min_rate,
+                     min_flow_duration_s=args.min_flow_duration, window=tuple(args.window) if args.window else None)
     with steps("analyze", args.quiet or args.json) as step:
         tl = open_from_args(args, step)
         # Every metric table, not only those the causes read: kept in the decode cache, so that `report`
@@ -70,6 +70,33 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+_UNITS = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9}
+
+
+def bits_per_s(text: str) -> float:
+    """Return a rate given as bit/s, optionally with a k, M or G suffix (100k, 1.5M), as a float."""
+    t = text.strip().lower().removesuffix("bit/s").removesuffix("bps").strip()
+    unit = t[-1:] if t[-1:] in ("k", "m", "g") else ""
+    try:
+        v = float(t[:len(t) - len(unit)]) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a rate in bit/s: {text!r} (examples: 50000, 100k, 1.5M)") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"a rate must be 0 or more: {text!r}")
+    return v
+
+
+def seconds_at_least_0(text: str) -> float:
+    """Return a duration in seconds, 0 or more."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"a duration must be 0 or more: {text!r}")
+    return v
+
+
 def register(subparsers: Any) -> None:
     """Add the `analyze` command to the xlayer argument parser; return None."""
     p = subparsers.add_parser(
@@ -79,10 +106,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("bundle", metavar="BUNDLE", help="bundle directory (or its bundle.json)")
     p.add_argument("--json", action="store_true",
                    help='print {"incidents": [{start, end, cause, confidence, causes, flows, stations, evidence, '
-                   'frames}], "flows": [...], "alignment": {...}} (times: reference epoch seconds)')
+                   'frames}], "flows": [...], "alignment": {...}, "tags": {...}, "notes": [...]} (times: reference '
+                   'epoch seconds; notes: captures read partly, and flows left out of drop detection and why)')
     p.add_argument("--threshold", type=float, default=0.5, metavar="F",
                    help="a drop is goodput below F x the flow's steady state (default 0.5)")
     p.add_argument("--min-duration", type=float, default=0.3, metavar="S", help="shortest drop, seconds (default 0.3)")
+    p.add_argument("--min-rate", type=bits_per_s, default=100_000.0, metavar="BITS_PER_S",
+                   help="drop detection considers only data flows: flows carrying at least this much transport "
+                   "payload on average, bit/s, k/M suffix allowed (default 100k); slower flows are left out and "
+                   "named in the notes, with their retransmissions")
+    p.add_argument("--min-flow-duration", type=seconds_at_least_0, default=1.0, metavar="S",
+                   help="drop detection considers only data flows lasting at least S seconds from their first to "
+                   "their last packet (default 1); shorter flows are left out and named in the notes")
     p.add_argument("--window", type=float, nargs=2, metavar=("FROM", "TO"),
                    help="analysis window, seconds from the bundle's first packet (study 001 used 50 100)")
     add_timeline_options(p)

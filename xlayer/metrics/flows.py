@@ -21,7 +21,8 @@ Tables:
   unique bytes delivered; for other protocols all payload.
 * ``rtt``: TCP round-trip samples at each capture: from a data segment to the first ACK that covers
   it (one sample per ACK advancing the cumulative acknowledgement, taken from the most recently sent
-  segment it covers; Karn's rule: none when that segment was a retransmission or was retransmitted),
+  segment it covers; Karn's rule: none when that segment was a retransmission or was retransmitted --
+  a copy made by the network or the capture, the tcp module's network_duplicate, is neither),
   and from the first segment carrying a TSval to the first reverse ACK echoing it (skipped when two
   copies of the same bytes carry that TSval).  A capture at the sender measures the whole round trip;
   one in the middle measures the part beyond it (to the receiver and back); one at the receiver only
@@ -366,12 +367,36 @@ def _retransmitted_later(seg: pl.DataFrame) -> pl.Series:
     return (hit["m_end"].is_not_null() & (hit["m_end"] > hit["seq_u"])).alias("later")
 
 
+def _without_copies(seg: pl.DataFrame, tcp: pl.DataFrame) -> pl.DataFrame:
+    """Return the segments `seg` (of the TCP rows `tcp`) without the copies the network or the capture made
+    of an earlier one (`xlayer.metrics.tcp.network_copies`, the retransmissions table's network_duplicate):
+    the sender sent them once, so Karn's rule does not count them and their original gives the sample.
+    `prepare` keeps of the TCP flags only SYN/FIN (in the span) and ACK, and not the window: the two
+    byte-identity tests here compare the rest."""
+    from xlayer.metrics.tcp import network_copies
+
+    rows = seg.filter(pl.col("retx")).select("g", "frame")
+    if rows.height == 0:
+        return seg
+    # the sender numbers its IP packets (as the tcp module decides it)
+    n = pl.col("k_id").n_unique()
+    info = tcp.group_by("g").agg(((pl.col("k_id") >= 0).all() & (n >= 2) & (n * 4 >= pl.len())).alias("idinfo"))
+    ident = seg.select("g", "frame", "ts_ns", "seq_u", pl.col("payload").alias("len"),
+                       pl.when(pl.col("k_id") >= 0).then(pl.col("k_id")).alias("ip_id"), "tsval", "tsecr",
+                       pl.col("tcp_ack").alias("ack"),
+                       ((pl.col("span") - pl.col("payload")) * 2 + pl.col("ack_flag").cast(pl.Int64)).alias("flags"),
+                       pl.lit(None, pl.Int64).alias("win"))
+    copies = network_copies(rows.join(info, on="g"), ident, ["g"]).filter(pl.col("copy"))
+    return seg.join(copies.select("g", "frame"), on=["g", "frame"], how="anti") if copies.height else seg
+
+
 def rtt_samples(prep: Prepared) -> pl.DataFrame:
     """Return the `rtt` table of one prepared capture (seq_ack with Karn's rule, and ts_echo samples)."""
     tcp = prep.df.filter(pl.col("is_tcp"))
     if tcp.height == 0:
         return conform(None, RTT)
-    seg = tcp.filter(pl.col("span") > 0).select("g", "fid", "frame", "ts_ns", "seq_u", "end_u", "retx", "tsval")
+    seg = _without_copies(tcp.filter(pl.col("span") > 0), tcp) \
+        .select("g", "fid", "frame", "ts_ns", "seq_u", "end_u", "retx", "tsval")
     seg = seg.with_columns(_retransmitted_later(seg).alias("later"))
     # ACKs, renamed to the direction they acknowledge (g with its last bit flipped) and unwrapped into
     # that direction's sequence space.

@@ -3,9 +3,15 @@
 **Who is who.** Access points are the addresses that send beacons or probe responses (TA = BSSID),
 the TA of From-DS data frames and the RA of To-DS data frames.  A station is a unicast address that
 exchanges frames with an AP: a frame *concerns* station S when one of its TA and RA is S and the
-other an AP (``down``: AP -> S, ``up``: S -> AP).  ACK and CTS frames carry only an RA; one that is
-the next record after a frame from that RA answers it, so its transmitter is that frame's RA.  Frames
-between two stations (IBSS, TDLS) or two APs (WDS) concern no station.  Only frames with a good FCS
+other an AP (``down``: AP -> S, ``up``: S -> AP).  ACK and CTS frames carry only an RA.  An ACK that
+is the next record after a frame from that RA answers it, so its transmitter is that frame's RA.  A CTS
+answers an RTS only when it is the next record after a good-FCS RTS from its RA at most
+`CTS_WINDOW_NS` later (SIFS + CTS airtime + stamping jitter); its transmitter is that RTS's RA.  Any
+other CTS is a *CTS-to-self*: a station (or AP) protecting its own next transmission or retry sends a
+CTS addressed to itself, with no RTS before it.  Its transmitter is its RA, so it concerns no station
+(it is counted apart, in ``cts_to_self``, not in ``cts``, the frame counts or the airtime; an RTS the
+sniffer missed makes its CTS look like the RTS sender's CTS-to-self).  Frames between two stations
+(IBSS, TDLS) or two APs (WDS) concern no station.  Only frames with a good FCS
 decide who is an AP or a station (a decoding error past the MAC header, such as an IP header cut
 by an 802.11 fragment, leaves the 802.11 fields good).
 
@@ -62,6 +68,7 @@ NEEDS: tuple[str, ...] = (
     "wlan_status", "wlan_ba_ssn", "wlan_ba_bitmap", "ip_len")
 
 ACK_WINDOW_NS = 1_000_000      # PPDU end -> ACK end: SIFS + ACK airtime (<= 304 us at 1 Mbit/s) + stamping jitter
+CTS_WINDOW_NS = 1_000_000      # RTS stamp -> CTS stamp: SIFS + CTS airtime (<= 304 us at 1 Mbit/s) + stamping jitter
 BA_WINDOW_NS = 5_000_000       # PPDU end -> the Block Ack answering it (Block Ack Request exchanges included)
 MIN_RUN = 3                    # PPDUs a rate must hold to count as a rate change (not a rate-control probe)
 # A failed MPDU was sent dot11ShortRetryLimit = 7 times (the standard's default, ns-3's and most drivers'):
@@ -84,7 +91,8 @@ STATIONS = register("stations", (
     _C("data_frames", pl.Int64, "", "data frame transmissions, both directions (retries included)"),
     _C("data_mpdus", pl.Int64, "", "distinct data MPDUs, both directions"),
     _C("retries", pl.Int64, "", "data frame transmissions with the Retry bit"),
-    _C("retry_fraction", pl.Float64, "fraction", "retries / data_frames (of the transmissions seen)"),
+    _C("retry_fraction", pl.Float64, "fraction", "retries / data_frames (of the transmissions seen; null without "
+       "data frames)"),
     _C("retry_fraction_down", pl.Float64, "fraction", "retry fraction of data transmissions AP -> station"),
     _C("retry_fraction_up", pl.Float64, "fraction", "retry fraction of data transmissions station -> AP"),
     _C("unseen_tx_min", pl.Int64, "", "data transmissions the sniffer must have missed: MPDUs whose first "
@@ -109,8 +117,11 @@ STATIONS = register("stations", (
     _C("fragments_per_msdu_down", pl.Float64, "", "mean fragments per data MSDU AP -> station (max fragment + 1)"),
     _C("fragments_per_msdu_up", pl.Float64, "", "mean fragments per data MSDU station -> AP"),
     _C("rts", pl.Int64, "", "RTS frames between the station and its AP, both directions"),
-    _C("cts", pl.Int64, "", "CTS frames answering those RTS"),
-    _C("rts_ratio", pl.Float64, "", "rts / data_frames: RTS per data transmission"),
+    _C("cts", pl.Int64, "", "CTS frames answering those RTS (the next record after the RTS, addressed to its "
+       f"sender, at most {CTS_WINDOW_NS / 1e6:g} ms later)"),
+    _C("cts_to_self", pl.Int64, "", "CTS-to-self frames the station sent: good-FCS CTS addressed to it that answer "
+       "no RTS (protection before its own transmission; not in cts, frames_up or airtime_ns)"),
+    _C("rts_ratio", pl.Float64, "", "rts / data_frames: RTS per data transmission (null without data frames)"),
 ), "one station (non-AP address exchanging frames with an AP) in one air capture")
 STATION_SERIES = register("station_series", (
     _C("capture_file", pl.Utf8, "", "air capture"),
@@ -119,7 +130,8 @@ STATION_SERIES = register("station_series", (
     _C("frames", pl.Int64, "", "good-FCS frames concerning the station, both directions"),
     _C("data_frames", pl.Int64, "", "data frame transmissions, both directions"),
     _C("phy_rate_mbps", pl.Float64, "Mbit/s", "mean PHY rate of data transmissions AP -> station"),
-    _C("retry_fraction", pl.Float64, "fraction", "data transmissions with the Retry bit / data transmissions"),
+    _C("retry_fraction", pl.Float64, "fraction", "data transmissions with the Retry bit / data transmissions "
+       "(null without data transmissions in the bin)"),
     _C("airtime_ns", pl.Int64, "ns", "airtime of the frames concerning the station"),
     _C("airtime_share", pl.Float64, "fraction", "airtime_ns / airtime of every frame of the capture in the bin"),
     _C("signal_dbm", pl.Float64, "dBm", "median signal of frames the station sent"),
@@ -178,6 +190,20 @@ def _decode(df: pl.DataFrame, macs: pl.Series, cols: tuple[str, ...]) -> pl.Data
     return df.with_columns(macs.gather(df.get_column(c)).alias(c) for c in cols if c in df.columns)
 
 
+def cts_answers_rts(ts: str = "ts_ns", typ: str = "type", sub: str = "sub", ta: str = "ta", ra: str = "ra",
+                    bad: str = "bad") -> pl.Expr:
+    """Return, per record of one capture in record order (records without a MAC header left out), whether
+    it is a CTS answering an RTS: the record just before is a good-FCS RTS from this CTS's RA, at most
+    `CTS_WINDOW_NS` earlier (a null FCS verdict: no FCS captured, taken as good).  A CTS for which this is
+    false is a CTS-to-self.  The column names are parameters, so that `_prepare`'s columns and the
+    air_frames table's (``wlan_type``, ...; there per capture: ``.over("capture_file", order_by="frame")``)
+    can be read."""
+    prev_rts = ((pl.col(typ).shift(1) == 1) & (pl.col(sub).shift(1) == 11) & ~pl.col(bad).shift(1).fill_null(False)
+                & (pl.col(ta).shift(1) == pl.col(ra))
+                & ((pl.col(ts) - pl.col(ts).shift(1)) <= CTS_WINDOW_NS))
+    return ((pl.col(typ) == 1) & (pl.col(sub) == 12) & prev_rts).fill_null(False)
+
+
 def _prepare(packets: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     """Return one row per 802.11 record (fields renamed, airtime, the station/AP it concerns; MAC
     addresses as codes) and the addresses the codes index."""
@@ -224,12 +250,15 @@ def _prepare(packets: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
         good.filter((pl.col("type") == 2) & pl.col("to_ds") & ~pl.col("from_ds")).select(pl.col("ra").alias("a")),
     ]).filter(_unicast("a", group)).unique().get_column("a")
     del good
-    # The transmitter of an ACK/CTS: the RA of the record it answers (the one just before, sent by its RA).
-    eff_ta = (pl.when(pl.col("ta").is_null() & (pl.col("type") == 1) & (pl.col("ra") == pl.col("ta").shift(1))
-                      & ~pl.col("bad").shift(1).fill_null(True))
+    # The transmitter of an ACK/CTS: the RA of the record it answers (the one just before, sent by its RA;
+    # for a CTS, an RTS); a CTS-to-self's is its own RA.
+    cts_self = (pl.col("type") == 1) & (pl.col("sub") == 12) & ~cts_answers_rts()
+    eff_ta = (pl.when(cts_self).then(pl.col("ra"))
+              .when(pl.col("ta").is_null() & (pl.col("type") == 1) & (pl.col("ra") == pl.col("ta").shift(1))
+                    & ~pl.col("bad").shift(1).fill_null(True))
               .then(pl.col("ra").shift(1)).otherwise(pl.col("ta")))
     # the DS bits served only to find the APs
-    d = d.with_columns(eff_ta.alias("ta_e")).drop("to_ds", "from_ds")
+    d = d.with_columns(eff_ta.alias("ta_e"), cts_self.alias("cts_self")).drop("to_ds", "from_ds")
     ta_ap, ra_ap = pl.col("ta_e").is_in(aps.implode()), pl.col("ra").is_in(aps.implode())
     down = ta_ap & ~ra_ap & _unicast("ra", group)
     up = ra_ap & ~ta_ap & _unicast("ta_e", group)
@@ -312,6 +341,9 @@ def _stations(d: pl.DataFrame, data: pl.DataFrame, capture_file: str) -> pl.Data
         ((pl.col("type") == 1) & (pl.col("sub") == 12)).sum().cast(pl.Int64).alias("cts"),
         pl.col("ap").mode().first().alias("ap_any"))
     del att, good
+    # CTS-to-self frames a station sent: its RA is the station (the rows concern no station)
+    c2s = (d.filter(pl.col("cts_self") & ~pl.col("bad")).group_by(pl.col("ra").alias("station"))
+           .agg(pl.len().cast(pl.Int64).alias("cts_to_self")))
     dd = data.group_by("station").agg(
         pl.len().cast(pl.Int64).alias("data_frames"), pl.col("retry").sum().cast(pl.Int64).alias("retries"),
         pl.col("retry").filter(down).mean().alias("retry_fraction_down"),
@@ -334,21 +366,28 @@ def _stations(d: pl.DataFrame, data: pl.DataFrame, capture_file: str) -> pl.Data
                                      pl.col("n").filter(pl.col("direction") == "up").mean()
                                      .alias("fragments_per_msdu_up")))
     out = (base.join(g, on="station", how="left").join(dd, on="station", how="left")
-           .join(mp, on="station", how="left").join(msdu, on="station", how="left"))
+           .join(mp, on="station", how="left").join(msdu, on="station", how="left")
+           .join(c2s, on="station", how="left"))
     zero = ["frames_down", "frames_up", "data_frames", "retries", "data_mpdus", "failed_mpdus", "failed_mpdus_down",
-            "unseen_tx_min", "rts", "cts", "data_airtime_ns"]
+            "unseen_tx_min", "rts", "cts", "cts_to_self", "data_airtime_ns"]
     out = out.with_columns(pl.col(c).fill_null(0) for c in zero)
     data_total = out.get_column("data_airtime_ns").sum()
     return out.with_columns(
         pl.lit(capture_file).alias("capture_file"),
         pl.coalesce("ap_data", "ap_any").alias("bssid"),
-        (pl.col("retries") / pl.col("data_frames")).alias("retry_fraction"),
+        _fraction(pl.col("retries"), pl.col("data_frames")).alias("retry_fraction"),
         (pl.col("airtime_ns") / total_air if total_air else pl.lit(None, pl.Float64)).alias("airtime_share"),
         (pl.col("data_airtime_ns") / data_total if data_total else pl.lit(None, pl.Float64))
         .alias("data_airtime_share"),
-        (pl.col("fcs_bad") / (pl.col("frames_down") + pl.col("frames_up") + pl.col("fcs_bad"))).alias("fcs_bad_rate"),
-        (pl.col("rts") / pl.col("data_frames")).alias("rts_ratio"),
+        _fraction(pl.col("fcs_bad"), pl.col("frames_down") + pl.col("frames_up") + pl.col("fcs_bad"))
+        .alias("fcs_bad_rate"),
+        _fraction(pl.col("rts"), pl.col("data_frames")).alias("rts_ratio"),
     ).drop("ap_data", "ap_any").sort("station")
+
+
+def _fraction(num: pl.Expr, den: pl.Expr) -> pl.Expr:
+    """Return num / den, null where den is 0 or null (a fraction without a denominator is unknown, not NaN)."""
+    return pl.when(den > 0).then(num / den)
 
 
 def _series(d: pl.DataFrame, capture_file: str, bin_ns: int) -> pl.DataFrame:
@@ -363,7 +402,7 @@ def _series(d: pl.DataFrame, capture_file: str, bin_ns: int) -> pl.DataFrame:
         ok.sum().cast(pl.Int64).alias("frames"),
         is_data.sum().cast(pl.Int64).alias("data_frames"),
         pl.col("rate").filter(is_data & (pl.col("direction") == "down")).mean().alias("phy_rate_mbps"),
-        (pl.col("retry").filter(is_data).sum() / is_data.sum()).alias("retry_fraction"),
+        _fraction(pl.col("retry").filter(is_data).sum(), is_data.sum()).alias("retry_fraction"),
         pl.col("air_ns").sum().alias("airtime_ns"),
         pl.col("signal").filter(up).median().alias("signal_dbm"),
         pl.col("noise").filter(up).median().alias("noise_dbm"),

@@ -8,11 +8,17 @@ number as Wireshark does (the SYN is 0; without a SYN the first segment seen is 
 
 A segment holding data (or SYN/FIN) that starts below the highest sequence number seen before it in its
 direction ("next expected", Wireshark's ``nextseq``) and is no keep-alive or zero-window probe is a row of
-``retransmissions``, classed:
+``retransmissions`` -- so is one not below it whose bytes the receiver proves it had (see ``spurious``: the
+capture missed their original) --, classed:
 
 ``network_duplicate``
-    the same IP id, length and TSval were seen before at this vantage: the network (or the capture)
-    duplicated the packet, the sender did not send it twice;
+    the network (or the capture) duplicated the packet, the sender did not send it twice (`network_copies`):
+    the sender numbers its IP packets and the same IP id, length and TSval were seen before at this vantage
+    (within `DUP_WINDOW_NS`), or -- whatever the IP ids -- it is byte-identical at the IP and TCP layers to
+    the previous transmission of its sequence number here (same IP id, length, flags, ACK, window, TSval
+    and TSecr) and came within `COPY_WINDOW_NS` of it: a sender's retransmission carries a new TSval (RFC
+    7323) and usually a new IP id, and comes at least about a round trip after its original.  Not a
+    retransmission: no trigger, never spurious, and (`flows`' ``rtt`` too) Karn's rule ignores it;
 ``reorder``
     its bytes were never seen before at this vantage and it was sent *before* the segment that carried
     the highest sequence number (lower IP id, else lower TSval, else -- weakest -- it came within the
@@ -24,6 +30,11 @@ direction ("next expected", Wireshark's ``nextseq``) and is no keep-alive or zer
     D-SACK block covering it, RFC 2883), ``receiver_vantage`` (this capture is on the receiver's side and
     saw the original), ``eifel`` (the first ACK covering it echoes a TSecr older than its TSval, RFC 3522),
     ``already_acked`` (the receiver had ACKed these bytes before it was seen, Wireshark's rule);
+    a segment that does not start below "next expected" is a retransmission too when the receiver proves
+    it had the bytes already, the capture having missed their original (``original_captured`` false): it
+    had ACKed them (an ACK earlier in both frame order and time reaches its end), or the first ACK to
+    cover it after it is a D-SACK for it (the receiver's answer to it was "duplicate"; seen before any
+    other transmission of its sequence number here).  Both make it ``spurious``;
 ``fast`` / ``rto``
     a needed (or undecided) retransmission, by its ``trigger``: ``fast`` after >= 2 duplicate ACKs for
     its sequence number or a SACK above it; ``rto`` after a silence at least the RTO estimate (RFC 6298
@@ -63,6 +74,14 @@ MIN_RTO_NS = 200_000_000          # Linux's RTO floor (and the sims'): RFC 6298'
 INITIAL_RTO_NS = 1_000_000_000    # RFC 6298 before any RTT sample
 TLP_MIN_NS = 10_000_000           # Linux's probe timeout floor
 DUP_WINDOW_NS = 1_000_000_000     # a network duplicate follows its twin within this
+# A byte-identical copy (same IP id -- often 0 or constant, or none on IPv6 --, TSval/TSecr, ACK, window)
+# within this is a duplicate made by the network or the capture setup, whatever the IP ids: a sender
+# retransmits a segment at least about one RTT after sending it (fast retransmit waits for duplicate ACKs
+# that later segments cause; TLP and RTO wait >= 2 srtt and >= 200 ms on Linux), and its copy would also
+# need the same TSval (a 1 ms clock on Linux, RFC 7323 asks 1 ms to 1 s) and the same ACK and window.
+# Half a millisecond is below the RTT of any path but a LAN's; duplicates seen in real captures (a SPAN
+# port or a bridge loop copying the frame) are microseconds apart.
+COPY_WINDOW_NS = 500_000
 OOO_DEFAULT_NS = 3_000_000        # Wireshark's out-of-order window without a handshake RTT
 G = ["conn", "dir"]
 
@@ -84,12 +103,16 @@ RETRANSMISSIONS = register("retransmissions", (
     _C("method", pl.String, "", "what decided the class (see module doc)"),
     _C("confidence", pl.Float64, "", "0..1: how sure the method is"),
     _C("original_frame", pl.Int64, "", "first earlier frame at this capture carrying these bytes (null: none)"),
+    _C("original_captured", pl.Boolean, "", "this capture recorded an earlier transmission of these bytes "
+       "(false: a retransmission whose original it did not record -- lost before it, or missed by it; "
+       "null: reorder, the row is the original)"),
     _C("original_ts_ns", pl.Int64, "ns", "its time"),
     _C("silence_ns", pl.Int64, "ns", "time since the connection's previous packet at this capture"),
     _C("rto_estimate_ns", pl.Int64, "ns", "RTO estimate at that time (srtt + 4 rttvar, >= 200 ms)"),
     _C("evidence_capture", pl.String, "", "capture holding the evidence of the method (null: this one)"),
     _C("evidence_frame", pl.Int64, "", "frame of that evidence (the D-SACK / Eifel ACK, the original at the receiver, ...)"),
-), "one segment that starts below the highest sequence number seen before it in its direction, per capture")
+), "one segment that starts below the highest sequence number seen before it in its direction (or whose bytes "
+   "the receiver had already: its original not captured), per capture")
 
 TCP_EVENTS = register("tcp_events", (
     _C("capture_file", pl.String, "", "capture the packet was seen in"),
@@ -327,10 +350,48 @@ def _first_ack(left: pl.DataFrame, t: pl.DataFrame, need: str) -> pl.DataFrame:
         pl.when(ok1).then(pl.col("e1")).otherwise(pl.col("e2")).alias("ack_tsecr"))
 
 
-def _rto(t: pl.DataFrame, cand_seq: pl.DataFrame, cand_frames: pl.DataFrame) -> pl.DataFrame:
-    """Return (conn, dir, ts_ns, srtt, rto) after each RTT sample (RFC 6298; Karn: never-retransmitted data)."""
+COPY_COLS = ("frame", "ts_ns", "seq_u", "len", "ip_id", "tsval", "tsecr", "ack", "flags", "win")
+
+
+def network_copies(rows: pl.DataFrame, seg: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Return (*by, frame, copy, copy_by) per row of `rows`: whether it is a copy of an earlier segment of `seg`
+    made by the network or the capture, not a transmission by the sender (the module doc's
+    ``network_duplicate``), and by which test: ``ip_id`` (the first transmission's IP id, length and TSval),
+    ``identical`` (byte-identical to the previous one, within `COPY_WINDOW_NS`), null.
+
+    `seg` holds one capture's segments (data, SYN or FIN) with `by` (the direction), `COPY_COLS` (``seq_u``
+    unwrapped, ``ack`` in any form that is the same for equal ACKs; null ``flags`` / ``win`` compare equal);
+    `rows` their (*by, frame) to judge, with ``idinfo`` (the sender numbers its IP packets).
+    """
+    keys = [*by, "seq_u"]
+    r = rows.select(*by, "frame", "idinfo").join(seg.select(*by, "frame", *COPY_COLS[1:]), on=[*by, "frame"])
+    s = seg.select(*by, *COPY_COLS).join(r.select(keys).unique(), on=keys, how="semi")
+    # the first transmission of the sequence number: same IP id (numbered), length and TSval within 1 s
+    first = s.sort("frame").group_by(keys).agg(pl.col("frame", "ts_ns", "ip_id", "len", "tsval").first()
+                                               .name.prefix("f_"))
+    r = r.join(first, on=keys, how="left")
+    by_id = (pl.col("f_frame") < pl.col("frame")) & pl.col("idinfo") & (pl.col("ip_id") == pl.col("f_ip_id")) \
+        & (pl.col("len") == pl.col("f_len")) & ((pl.col("tsval") == pl.col("f_tsval")) | pl.col("tsval").is_null()) \
+        & ((pl.col("ts_ns") - pl.col("f_ts_ns")) < DUP_WINDOW_NS)
+    # the previous transmission of the sequence number: byte-identical and within COPY_WINDOW_NS
+    prev = s.select(*keys, pl.col("frame").alias("_pf"), *(pl.col(c).alias("p_" + c) for c in COPY_COLS[1:]))
+    r = r.sort("frame").join_asof(prev.sort("_pf"), left_on="frame", right_on="_pf", by=keys, strategy="backward",
+                                  allow_exact_matches=False, check_sortedness=False)
+    same = [pl.col(c).eq_missing(pl.col("p_" + c)) for c in ("len", "ip_id", "tsval", "tsecr", "ack", "flags", "win")]
+    twin = pl.col("_pf").is_not_null() & pl.all_horizontal(same) \
+        & ((pl.col("ts_ns") - pl.col("p_ts_ns")).abs() <= COPY_WINDOW_NS)
+    how = pl.when(by_id.fill_null(False)).then(pl.lit("ip_id")).when(twin.fill_null(False)).then(pl.lit("identical"))
+    return r.select(*by, "frame", how.is_not_null().alias("copy"), how.alias("copy_by"))
+
+
+def _rto(t: pl.DataFrame, cand_seq: pl.DataFrame, cand_frames: pl.DataFrame,
+         copies: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Return (conn, dir, ts_ns, srtt, rto) after each RTT sample (RFC 6298; Karn: never-retransmitted data;
+    `copies`: frames of network copies, no sample of their own: their original gives it)."""
     d = t.lazy().filter(pl.col("data")).select(*G, "frame", "ts_ns", "seq_u", "end_u").collect()
     d = d.join(cand_seq, on=[*G, "seq_u"], how="anti").drop("seq_u")
+    if copies is not None and copies.height:
+        d = d.join(copies, on=[*G, "frame"], how="anti")
     s = _first_ack(d, t, "end_u").filter(pl.col("ack_ts").is_not_null())
     # An ACK that comes only after a retransmission filled a hole below the segment measures the recovery,
     # not the path: drop samples with a retransmission of the direction between segment and ACK.
@@ -371,10 +432,31 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     """`_analyze` of a capture's `prepare`d rows (`kind`: the capture's, when the rows have no kind column)."""
     # joined on the two key columns only: a join of the whole working table would copy every column
     t = t.with_columns(t.select(G).join(sides(t), on=G, how="left", maintain_order="left").get_column("side"))
-    t = t.drop(*_SPENT)
-    cand = t.filter(pl.col("seg") & pl.col("nxt").is_not_null() & (pl.col("seq_u") < pl.col("nxt"))
-                    & ~pl.col("keepalive") & ~pl.col("zwp")
-                    & ~((pl.col("len") > 1) & (pl.col("seq_u") == pl.col("nxt") - 1)))
+    below = pl.col("seg") & pl.col("nxt").is_not_null() & (pl.col("seq_u") < pl.col("nxt")) \
+        & ~pl.col("keepalive") & ~pl.col("zwp") & ~((pl.col("len") > 1) & (pl.col("seq_u") == pl.col("nxt") - 1))
+    # not below "next expected", yet the receiver had the bytes: a retransmission whose original the capture
+    # missed (module doc) -- ACKed before it (in frame order and in time), or D-SACKed at once after it
+    fresh = pl.col("seg") & ~pl.col("_below") & ((pl.col("len") > 0) | pl.col("fin")) & ~pl.col("syn") \
+        & ~pl.col("keepalive") & ~pl.col("zwp")
+    acked = pl.col("seg") & ((pl.col("len") > 0) | pl.col("fin")) & ~pl.col("syn") \
+        & (pl.col("rev_ack") >= pl.col("end_u")) & (pl.col("rev_ts") < pl.col("ts_ns"))
+    t = t.with_columns(below.fill_null(False).alias("_below"))
+    t = t.with_columns(fresh.fill_null(False).alias("_fresh"), acked.fill_null(False).alias("acked_before"))
+    by_dsack = _dsacked_first(t)
+    cand = t.filter(pl.col("_below") | (pl.col("_fresh") & pl.col("acked_before"))
+                    | pl.col("frame").is_in(by_dsack["frame"].implode())) \
+        .with_columns((~pl.col("_below")).alias("missed"))
+    del by_dsack
+    # network (or capture) copies: judged from IP and TCP header fields that are dropped from the rows below
+    # (only the segments at a candidate's sequence number are read: a semi-join before the columns are copied)
+    copies = network_copies(cand, t.lazy().filter(pl.col("seg"))
+                            .join(cand.lazy().select(*G, "seq_u").unique(), on=[*G, "seq_u"], how="semi").select(
+        *G, "frame", "ts_ns", "seq_u", "len", pl.col("ip_id").cast(pl.Int64), pl.col("tcp_tsval").cast(pl.Int64)
+        .alias("tsval"), pl.col("tcp_tsecr").cast(pl.Int64).alias("tsecr"), pl.col("ack_u").alias("ack"),
+        pl.col("tcp_flags").cast(pl.Int64).alias("flags"), "win").collect(), G)
+    cand = cand.join(copies, on=[*G, "frame"], how="left").drop(*_SPENT, "_below", "_fresh")
+    del copies
+    t = t.drop(*_SPENT, "_below", "_fresh", "acked_before")
     # the state only the candidates read: dropped from the working rows, which are held to the end
     t = t.drop(*_CAND_ONLY)
     # the original: the first earlier frame starting at the same sequence number, else one covering it
@@ -403,9 +485,7 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     seen = pl.col("o_frame").is_not_null()
     ipid = pl.col("ip_id").cast(pl.Int64)
     tsval = pl.col("tcp_tsval").cast(pl.Int64)
-    netdup = seen & pl.col("same_start") & pl.col("idinfo") & (ipid == pl.col("o_ipid")) \
-        & (pl.col("len") == pl.col("o_len")) & ((tsval == pl.col("o_tsval")) | tsval.is_null()) \
-        & ((pl.col("ts_ns") - pl.col("o_ts")) < DUP_WINDOW_NS)
+    netdup = pl.col("copy")
     # never seen here: sent before the highest segment (the original, late) or after it (a retransmission
     # whose original was lost before this capture)
     id_order = pl.when(pl.col("idinfo") & pl.col("nxt_ipid").is_not_null()).then(_wrap16(ipid - pl.col("nxt_ipid")))
@@ -416,7 +496,8 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     late = (pl.col("ts_ns") - pl.col("nxt_ts")) < pl.col("ooo_thres")
     cand = cand.with_columns(netdup.fill_null(False).alias("netdup"), id_order.alias("_ido"), ts_order.alias("_tso"),
                              late.fill_null(False).alias("_late"))
-    reorder = ~seen & ~pl.col("netdup") & (
+    # (not when the receiver had ACKed the bytes before they came: then they are no late original)
+    reorder = ~seen & ~pl.col("netdup") & ~pl.col("missed") & ~pl.col("acked_before") & (
         pl.when(pl.col("_ido").is_not_null() & (pl.col("_ido") != 0)).then(pl.col("_ido") < 0)
         .when(pl.col("_tso").is_not_null() & (pl.col("_tso") != 0)).then(pl.col("_tso") < 0)
         .otherwise(pl.col("_late")))
@@ -430,7 +511,9 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
 
     # --- trigger of real retransmissions ---
     retx = ~pl.col("netdup") & ~pl.col("reorder")
-    rto = _rto(t, cand.select(*G, "seq_u").unique(), cand.filter(retx).select(*G, "frame"))
+    # Karn: no sample from segments at a retransmitted sequence number; a network copy is no retransmission
+    rto = _rto(t, cand.filter(~pl.col("netdup")).select(*G, "seq_u").unique(), cand.filter(retx).select(*G, "frame"),
+               cand.filter(pl.col("netdup")).select(*G, "frame"))
     cand = cand.sort("ts_ns").join_asof(rto.sort("ts_ns"), on="ts_ns", by=G, strategy="backward",
                                                              check_sortedness=False)
     cand = cand.with_columns(
@@ -501,6 +584,35 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     # `t` without the columns only the candidates and the events read: `build` reads of it what `_originals`,
     # `_rx_rows` and `_rx_span` do
     return t, cand, ev
+
+
+def _dsacked_first(t: pl.DataFrame) -> pl.DataFrame:
+    """Return (conn, dir, frame) of the segments that do not start below "next expected" (``_fresh`` rows) and
+    whose first covering ACK after them is a D-SACK for them (module doc): the receiver had their bytes."""
+    dsk = t.filter(pl.col("dsack_left").is_not_null()).select(
+        "conn", _other(pl.col("dir")).alias("dir"), pl.col("dsack_left").alias("_dl"),
+        pl.col("dsack_right").alias("_dr"), pl.col("frame").alias("_df"))
+    none = pl.DataFrame(schema={"conn": pl.String, "dir": pl.String, "frame": pl.Int64})
+    if dsk.height == 0:
+        return none
+    rows = t.lazy().filter(pl.col("_fresh")).select(*G, "frame", "seq_u", "end_u").collect()
+    # the D-SACK block of the direction with the highest left edge at or below the segment's start
+    blocks = dsk.unique([*G, "_dl", "_dr"]).select(*G, "_dl", "_dr").sort("_dl")
+    hit = rows.sort("seq_u").join_asof(blocks, left_on="seq_u", right_on="_dl", by=G, strategy="backward",
+                                       check_sortedness=False).filter(pl.col("_dr") >= pl.col("end_u"))
+    if hit.height == 0:
+        return none
+    # its first D-SACK after the segment ...
+    hit = hit.join(dsk, on=[*G, "_dl", "_dr"]).filter(pl.col("_df") > pl.col("frame")) \
+        .group_by(*G, "frame", "seq_u", "end_u").agg(pl.col("_df").min())
+    # ... is the first ACK after it to cover it (else the receiver took this one as new, the copy it
+    # D-SACKed came later) ...
+    hit = _first_ack(hit, t, "end_u").filter(pl.col("ack_frame").is_null() | (pl.col("ack_frame") >= pl.col("_df")))
+    # ... and comes before any other transmission of its sequence number here
+    again = t.lazy().filter(pl.col("seg")).select(*G, "seq_u", pl.col("frame").alias("_f")).collect() \
+        .join(hit.select(*G, "seq_u", "frame", "_df"), on=[*G, "seq_u"]) \
+        .filter((pl.col("_f") > pl.col("frame")) & (pl.col("_f") < pl.col("_df")))
+    return hit.join(again, on=[*G, "frame"], how="anti").select(*G, "frame")
 
 
 def _handshake_rtt(t: pl.DataFrame) -> pl.DataFrame:
@@ -594,7 +706,10 @@ def _finish(cand: pl.DataFrame) -> pl.DataFrame:
     cls = pl.when(pl.col("netdup")).then(pl.lit("network_duplicate")).when(pl.col("reorder")).then(pl.lit("reorder")) \
         .when(pl.col("spurious")).then(pl.lit("spurious")).when(pl.col("trigger") == "fast").then(pl.lit("fast")) \
         .otherwise(pl.lit("rto"))
-    method = pl.when(pl.col("netdup")).then(pl.lit("same IP id, length and TSval seen before here")) \
+    method = pl.when(pl.col("netdup") & (pl.col("copy_by") == "ip_id")) \
+        .then(pl.lit("same IP id, length and TSval seen before here")) \
+        .when(pl.col("netdup")).then(pl.lit("byte-identical (IP id, flags, ACK, window, TSval, TSecr) to the previous "
+                                            f"transmission here, within {COPY_WINDOW_NS / 1e6:g} ms")) \
         .when(pl.col("reorder")).then(pl.format("{}: sent before the highest segment, first seen here", pl.col("_rm"))) \
         .when(pl.col("spurious")).then(pl.format("{} (trigger {})", pl.col("_sm"), pl.col("tmethod"))) \
         .otherwise(needed + pl.col("tmethod"))
@@ -613,6 +728,7 @@ def _finish(cand: pl.DataFrame) -> pl.DataFrame:
                            ev_cap.alias("evidence_capture"), ev_frame.alias("evidence_frame"),
                            (pl.col("seq_u") - pl.col("base")).alias("seq"), pl.col("tcp_seq").alias("seq_raw"),
                            pl.col("o_frame").alias("original_frame"), pl.col("o_ts").alias("original_ts_ns"),
+                           pl.when(~pl.col("reorder")).then(pl.col("o_frame").is_not_null()).alias("original_captured"),
                            pl.col("silence").alias("silence_ns"), pl.col("rto_est").alias("rto_estimate_ns"))
     for c in ("capture_file", "vantage"):
         if c not in out.columns:

@@ -3,10 +3,16 @@
 One place computes airtime for the clock alignment (`xlayer.timeline.match`), the AP queue join and the
 per-station metrics.  Per frame:
 
-* MPDU length on the air (802.11 header to FCS): the record's wire length minus the radio header
-  (radiotap length from the presence words, exact; other radio headers: learnt per layout from
-  unprotected data frames, whose MPDU length follows from their IP length), plus the 4-byte FCS when
-  the capture dropped it, minus the radiotap data padding.
+* MPDU length on the air (802.11 header to FCS): the record's wire length minus the radio header,
+  plus the 4-byte FCS when the capture dropped it, minus the radiotap data padding.  The 802.11 frame
+  starts at the radiotap header's it_len, which may run past the end of the fields its presence words
+  name (drivers pad the header: AirPcap's 0x0000588e has fields up to byte 20 and it_len 24).  The
+  packet table keeps the presence words, not it_len, so the header length of each (link type, layout)
+  is learnt over the capture from frames whose MPDU length is fixed (ACK and CTS 14 bytes; RTS, PS-Poll
+  and CF-End 20; Null and QoS Null data: their MAC header + FCS), as the median of wire length minus
+  that length; for radiotap it is never less than the end of the fields (which it is where no such
+  frame was captured).  Other radio headers without such frames: learnt from unprotected data frames,
+  whose MPDU length follows from their IP length, else the link type's usual length.
 * PSDU length: the MPDU, or for an A-MPDU all its subframes seen (4-byte delimiter each, padded to
   4 bytes but the last, as 802.11-2016 9.7.1 and ns-3 do).
 * PPDU duration (IEEE 802.11-2016 TXTIME formulas; ns-3 3.44 computes the same):
@@ -35,10 +41,11 @@ __all__ = ["COLUMNS", "airtime", "airtime_ns", "mpdu_bytes", "ppdu_duration_ns",
 COLUMNS: tuple[str, ...] = (
     "wirelen", "linktype", "rt_layout", "rt_flags", "phy_rate_mbps", "phy", "nss", "sgi", "he_gi_us", "freq_mhz",
     "chan_flags", "ampdu_ref", "ampdu_flags", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
-    "wlan_order", "wlan_amsdu", "wlan_seq", "ip_len")
+    "wlan_order", "wlan_amsdu", "wlan_seq", "ip_len", "fcs_bad")
 
 _NLTF = np.array([1, 1, 2, 4, 4, 6, 6, 8, 8], dtype=np.float64)   # HT/VHT/HE LTFs for NSS 0..8
 _FIXED_HEADER = {105: 0, 119: 144, 163: 64}                       # raw 802.11, Prism, AVS (usual length)
+_CTL_FIXED = {12: 14, 13: 14, 10: 20, 11: 20, 14: 20, 15: 20}   # control subtype -> MPDU bytes, FCS included
 _DSSS_RATES = (2, 4, 11, 22)                                      # 2 x (1, 2, 5.5, 11) Mbit/s
 _SLICE = 1 << 17                                                  # records per pass of the TXTIME formulas
 _PPDU_SLICE = 200_000                                             # records per pass of airtime (whole PPDUs)
@@ -79,7 +86,8 @@ def mpdu_bytes(df: pl.DataFrame) -> pl.Series:
 
 
 def _mpdu_inputs(df: pl.DataFrame) -> pl.LazyFrame:
-    """Return per record: wire length, link type, radiotap layout, FCS flag, header pad and IP-estimated MPDU length."""
+    """Return per record: wire length, link type, radiotap layout, FCS flag, header pad, IP-estimated MPDU
+    length and the MPDU length of frames whose length is fixed."""
     cols = set(df.columns)
 
     def col(name: str, default: object, dtype: pl.DataType) -> pl.Expr:
@@ -92,6 +100,13 @@ def _mpdu_inputs(df: pl.DataFrame) -> pl.LazyFrame:
     est = (pl.when((pl.col("wlan_type") == 2) & pl.col("ip_len").is_not_null() & (pl.col("ip_len") > 0)
                    & ~col("wlan_amsdu", False, pl.Boolean).fill_null(False))
            .then(hdr + 8 + pl.col("ip_len").cast(pl.Int64) + 4))
+    # Frames whose MPDU length (FCS included) the 802.11 standard fixes: they tell the radio header's
+    # length exactly (good FCS only; Null data only outside A-MPDUs, whose records may keep subframe padding).
+    ctl, sub = pl.col("wlan_type") == 1, pl.col("wlan_subtype").cast(pl.Int32)
+    fixed = (pl.when(col("fcs_bad", False, pl.Boolean).fill_null(False)).then(None)
+             .when(ctl & sub.is_in(list(_CTL_FIXED))).then(sub.replace_strict(_CTL_FIXED, default=None))
+             .when((pl.col("wlan_type") == 2) & sub.is_in([4, 12])
+                   & col("ampdu_ref", None, pl.UInt32).is_null()).then(hdr + 4))
     return df.lazy().select(
         pl.col("wirelen").cast(pl.Int64).alias("wirelen"),
         col("linktype", 127, pl.UInt16).fill_null(127).cast(pl.Int64).alias("lt"),
@@ -100,42 +115,60 @@ def _mpdu_inputs(df: pl.DataFrame) -> pl.LazyFrame:
         # radiotap Flags 0x20: the driver padded the 802.11 header to 4 bytes (not sent on the air)
         pl.when(pad & (pl.col("wlan_type") == 2)).then((4 - hdr % 4) % 4).otherwise(0).alias("pad"),
         est.alias("est"),
+        fixed.cast(pl.Int64).alias("fixed"),
     )
 
 
+def _header_counts(d: pl.LazyFrame, known: str) -> pl.DataFrame:
+    """Return per (link type, layout, radio header length v) how many records whose MPDU length the
+    column `known` gives imply that header length."""
+    return (d.filter(pl.col(known).is_not_null())
+            .group_by("lt", "lay", (pl.col("wirelen") - pl.col(known) - pl.col("pad")
+                                    + pl.when(pl.col("fcs")).then(0).otherwise(4)).alias("v"))
+            .agg(pl.len().cast(pl.Int64).alias("n")).collect())
+
+
+def _median(counts: list[pl.DataFrame], name: str) -> pl.DataFrame:
+    """Return per (link type, layout) the median header length of summed `_header_counts`, as `name`."""
+    grp = ["lt", "lay"]
+    c = (pl.concat(counts).group_by(*grp, "v").agg(pl.col("n").sum()).sort(*grp, "v")
+         .with_columns(pl.col("n").cum_sum().over(grp).alias("cum"), pl.col("n").sum().over(grp).alias("tot")))
+    # the median: mean of the values at ranks (tot - 1) // 2 and tot // 2 (0-based), as polars' median
+    return c.group_by(grp).agg(
+        pl.col("v").filter(pl.col("cum") > (pl.col("tot") - 1) // 2).first().alias("v1"),
+        pl.col("v").filter(pl.col("cum") > pl.col("tot") // 2).first().alias("v2"),
+    ).select(*grp, ((pl.col("v1") + pl.col("v2")) / 2).round(0).cast(pl.Int64).alias(name))
+
+
 def _radio_headers(df: pl.DataFrame) -> pl.DataFrame:
-    """Return the radio header's length per (link type, layout) over all of `df`: radiotap from its
-    presence words (exact), else learnt from frames whose MPDU length is known (median), else the link
-    type's usual one."""
+    """Return the radio header's length per (link type, layout), learnt over all of `df`: radiotap from
+    frames of fixed MPDU length (the median), never less than the end of the fields its presence words
+    name (that end alone where no such frame is seen); other radio headers from frames whose MPDU length
+    is known (median), else the link type's usual one."""
     # One pass over the whole capture in slices (the medians are learnt over all of it): per slice
     # the (link type, layout) keys and the count of each header length seen; the medians follow from
     # the summed counts, exactly as over all the records at once.
-    keys, counts = [], []
+    keys, counts, fixed = [], [], []
     size = df.height
     for lo in range(0, max(size, 1), _PPDU_SLICE):
         d = _mpdu_inputs(df.slice(lo, _PPDU_SLICE))
         keys.append(d.select("lt", "lay").unique().collect())
-        counts.append(d.filter(pl.col("est").is_not_null())
-                      .group_by("lt", "lay", (pl.col("wirelen") - pl.col("est") - pl.col("pad")
-                                              + pl.when(pl.col("fcs")).then(0).otherwise(4)).alias("v"))
-                      .agg(pl.len().cast(pl.Int64).alias("n")).collect())
+        counts.append(_header_counts(d, "est"))
+        fixed.append(_header_counts(d.filter(pl.col("lt") == 127), "fixed"))
     exact = [(lt, lay, radio_header_len(lay) if lt == 127 else _FIXED_HEADER.get(lt) if lt == 105 else None)
              for lt, lay in pl.concat(keys).unique().iter_rows()]
     hd = pl.DataFrame({"lt": [e[0] for e in exact], "lay": [e[1] for e in exact],
                        "h_exact": [e[2] for e in exact]},
                       schema={"lt": pl.Int64, "lay": pl.String, "h_exact": pl.Int64})
-    grp = ["lt", "lay"]
-    c = (pl.concat(counts).group_by(*grp, "v").agg(pl.col("n").sum()).sort(*grp, "v")
-         .with_columns(pl.col("n").cum_sum().over(grp).alias("cum"), pl.col("n").sum().over(grp).alias("tot")))
-    # the median: mean of the values at ranks (tot - 1) // 2 and tot // 2 (0-based), as polars' median
-    learnt = c.group_by(grp).agg(
-        pl.col("v").filter(pl.col("cum") > (pl.col("tot") - 1) // 2).first().alias("v1"),
-        pl.col("v").filter(pl.col("cum") > pl.col("tot") // 2).first().alias("v2"),
-    ).select(*grp, ((pl.col("v1") + pl.col("v2")) / 2).round(0).cast(pl.Int64).alias("h_learnt"))
-    return hd.join(learnt, on=["lt", "lay"], how="left").with_columns(
-        pl.coalesce("h_exact", "h_learnt",
-                    pl.col("lt").replace_strict(_FIXED_HEADER, default=None, return_dtype=pl.Int64)).alias("h")
-    ).select("lt", "lay", "h")
+    learnt = _median(counts, "h_learnt")
+    # radiotap: the 802.11 frame starts at it_len, at or past the end of the fields (padding)
+    it_len = pl.when(pl.col("lt") == 127).then(pl.max_horizontal("h_exact", "h_fixed")).otherwise("h_exact")
+    return (hd.join(learnt, on=["lt", "lay"], how="left")
+            .join(_median(fixed, "h_fixed"), on=["lt", "lay"], how="left")
+            .with_columns(pl.coalesce(it_len, "h_learnt",
+                                      pl.col("lt").replace_strict(_FIXED_HEADER, default=None, return_dtype=pl.Int64))
+                          .alias("h"))
+            .select("lt", "lay", "h"))
 
 
 def _mpdu_with(df: pl.DataFrame, hd: pl.DataFrame) -> pl.Series:

@@ -7,10 +7,13 @@ An RTS threshold holds all run long, so this cause proposes the span where the r
 """
 from __future__ import annotations
 
+from weakref import WeakKeyDictionary
+
 import polars as pl
 
 from xlayer.attribution.causes.base import Context, Window, clip01, frames
 from xlayer.attribution.incidents import CauseFinding
+from xlayer.metrics.stations import cts_answers_rts
 
 NAME = "rts_overhead"
 COLOR = "#17becf"          # its incidents in the report
@@ -18,8 +21,33 @@ MEANING = "an RTS/CTS exchange before (nearly) every data frame cost airtime"
 MIN_DATA = 50
 
 
+# A CTS answers an RTS only when it is the record right after an RTS from the station it is addressed
+# to, within SIFS + CTS airtime (`xlayer.metrics.stations.cts_answers_rts`).  Any other CTS is a
+# CTS-to-self (a station protecting its own transmission or retry): not part of an RTS/CTS exchange,
+# so neither counted nor its airtime added here.
+_ANSWERS: WeakKeyDictionary = WeakKeyDictionary()     # per analysis context: the CTS frames answering an RTS
+
+
+def _answering_cts(ctx: Context) -> pl.DataFrame:
+    """Return the air_frames rows that are CTS answering an RTS (each capture in frame order)."""
+    try:
+        return _ANSWERS[ctx]
+    except (KeyError, TypeError):       # TypeError: a context that takes no weak reference is not cached
+        pass
+    af = ctx.table("air_frames").filter(pl.col("wlan_type").is_not_null())
+    ans = cts_answers_rts("ts_ns", "wlan_type", "wlan_subtype", "wlan_ta", "wlan_ra", "fcs_bad")
+    got = af.filter(ans.over("capture_file", order_by="frame")) if af.height else af
+    try:
+        _ANSWERS[ctx] = got
+    except TypeError:
+        pass
+    return got
+
+
 def _control(ctx: Context, subtype: int, start: int | None = None, end: int | None = None) -> pl.DataFrame:
-    q = ctx.table("air_frames").filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == subtype))
+    """Return the RTS (11) or the CTS answering one (12) of the air captures, in [start, end) if given."""
+    q = _answering_cts(ctx) if subtype == 12 else \
+        ctx.table("air_frames").filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == subtype))
     if start is not None:
         q = q.filter((pl.col("ts_ns") >= start) & (pl.col("ts_ns") < end))
     return q

@@ -47,13 +47,35 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     text = f"{n} spurious retransmission{'s' if n != 1 else ''} after {episodes} timeout{'s' if episodes != 1 else ''}"
     if owd_max is not None and (host_rto_ms or rto_ms):
         text += f"; one-way delay reached {owd_max:.0f} ms against an RTO of {(host_rto_ms or rto_ms):.0f} ms"
-    methods = sorted(sp["method"].drop_nulls().unique().to_list())
-    text += f" (decided by {', '.join(methods)})" if methods else ""
+    # Each deciding method once, with its count ("decided by receiver_capture x140, dsack x10"); a single
+    # retransmission keeps its whole reasoning.  The numbers keep the counts per method and trigger and one
+    # example of the reasoning, not one entry per retransmission.
+    methods = method_counts(sp)
+    if n == 1 and sp["method"][0] is not None:
+        text += f" (decided by {sp['method'][0]})"
+    elif methods:
+        text += f" (decided by {', '.join(f'{k} x{v}' for k, v in methods.items())})"
+    triggers = dict(sp.group_by("trigger").len().sort(["len", "trigger"], descending=[True, False]).iter_rows())
+    example = sp["method"].drop_nulls()
     ex = frames(sp, "spurious retransmission")
     ex += frames(sp.filter(pl.col("evidence_frame").is_not_null()), "evidence the original arrived", n=2,
                  file_col="evidence_capture", frame_col="evidence_frame")
     return CauseFinding(NAME, conf, text,
                         {"spurious_retransmissions": n, "timeouts": episodes, "rto_estimate_ms": rto_ms,
-                         "host_rto_ms": host_rto_ms, "owd_max_ms": owd_max, "vantage": best, "methods": methods},
+                         "host_rto_ms": host_rto_ms, "owd_max_ms": owd_max, "vantage": best, "methods": methods,
+                         "triggers": triggers, "method_example": example[0] if example.len() else None},
                         stations=ctx.stations_of(sp["flow"].unique().to_list()),
                         flows=sorted(sp["flow"].unique().to_list()), frames=ex)
+
+
+def method_counts(sp: pl.DataFrame) -> dict[str, int]:
+    """Return {method: retransmissions it decided}, most first.
+
+    The method is the head of the retransmissions table's `method` text ("receiver_capture" of
+    "receiver_capture (trigger rto: 497 ms after the original ...)"): the reasoning after it differs
+    for every retransmission and stays in the table.
+    """
+    m = sp.select(pl.col("method").drop_nulls().str.split(" (").list.first().str.strip_chars().alias("m"))
+    if m.height == 0:
+        return {}
+    return dict(m.group_by("m").len().sort(["len", "m"], descending=[True, False]).iter_rows())
