@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from xlayer.metrics.schema import Column, conform, register
+from xlayer.timeline.flowkey import FRAGMENT_KEY, is_fragment
 
 if TYPE_CHECKING:
     from xlayer.timeline.open import Timeline
@@ -260,11 +261,16 @@ def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
                        .fill_null(True))
     flows = (df.group_by("fid").agg(pl.col("flow", "conn", "dir", "ip_src", "ip_dst", "sport", "dport").first())
              .rename({"ip_src": "src", "ip_dst": "dst"}))
-    frag = pl.col("ip_mf").fill_null(False) | (pl.col("ip_frag_offset").fill_null(0) > 0)
+    frag = is_fragment()
     l4 = pl.col("ip_len") - pl.col("ip_hdr_len")
+    # A fragmented TCP segment's length is that of its whole datagram, given to the first fragment (the
+    # one with the TCP header): the furthest byte any of its fragments reaches (offsets in bytes;
+    # overlapping fragments count once).  The later fragments then add nothing, as they carry no header.
+    datagram = pl.when(frag).then(pl.col("ip_frag_offset").fill_null(0) + l4).max().over(FRAGMENT_KEY)
+    l4_tcp = pl.when(frag & (pl.col("ip_frag_offset").fill_null(0) == 0)).then(datagram).otherwise(l4)
     # TCP payload from the IP length where the headers give it: the first 802.11 fragment of a packet
     # carries the whole IP header but only part of the segment, and tcp_len is then what the frame holds.
-    tcp_from_ip = l4 - pl.col("tcp_hdr_len")
+    tcp_from_ip = l4_tcp - pl.col("tcp_hdr_len")
     tcp_len = pl.when((pl.col("ip_len") > 0) & (tcp_from_ip >= 0)).then(tcp_from_ip).otherwise(pl.col("tcp_len"))
     df = df.with_columns(tcp_len.alias("tcp_len"))
     payload = (pl.when(pl.col("ip_proto") == 6).then(pl.col("tcp_len"))

@@ -5,12 +5,28 @@ addresses in brackets; ICMP and other protocols without ports: ``"icmp 10.0.0.1>
 ``conn``: the conversation with both directions, its endpoints in sorted order joined by ``"<>"``;
 a packet's ``dir`` is ``"a"`` when it goes from the first endpoint of ``conn`` to the second, else ``"b"``.
 Rows without an IP source and destination (802.11 control frames, ARP, encrypted payloads) get nulls.
+The later fragments of a fragmented IP datagram carry no transport header: with `fragments=True` they
+take the ports of their datagram's first fragment (same source, destination, protocol and IP id among
+the fragments), so a fragmented TCP or UDP packet stays in its flow instead of a portless one.
 """
 from __future__ import annotations
 
 import polars as pl
 
 PROTO_NAMES = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmpv6", 132: "sctp"}
+# What identifies one IP datagram's fragments (RFC 791; the Fragment header's id for IPv6).
+FRAGMENT_KEY = ("ip_src", "ip_dst", "ip_proto", "ip_id")
+
+
+def is_fragment() -> pl.Expr:
+    """Return whether a row is a fragment of an IP datagram (more fragments follow, or not the first)."""
+    return pl.col("ip_mf").fill_null(False) | (pl.col("ip_frag_offset").fill_null(0) > 0)
+
+
+def _datagram_port(port: str) -> pl.Expr:
+    # only fragments are grouped: other packets may share an id (0, with DF set) without being related
+    first = pl.when(is_fragment()).then(pl.col(port)).drop_nulls().first().over(FRAGMENT_KEY)
+    return pl.when(is_fragment() & pl.col(port).is_null()).then(first).otherwise(pl.col(port))
 
 
 def _proto() -> pl.Expr:
@@ -27,15 +43,18 @@ def _host(col: str) -> pl.Expr:
     return pl.when(c.str.contains(":", literal=True)).then(pl.lit("[") + c + pl.lit("]")).otherwise(c)
 
 
-def _endpoint(ip: str, port: str) -> pl.Expr:
-    has_port = pl.col("ip_proto").cast(pl.Int64).is_in([6, 17, 132]) & pl.col(port).is_not_null()
-    return pl.when(has_port).then(_host(ip) + pl.lit(":") + pl.col(port).cast(pl.String)).otherwise(_host(ip))
+def _endpoint(ip: str, port: pl.Expr) -> pl.Expr:
+    has_port = pl.col("ip_proto").cast(pl.Int64).is_in([6, 17, 132]) & port.is_not_null()
+    return pl.when(has_port).then(_host(ip) + pl.lit(":") + port.cast(pl.String)).otherwise(_host(ip))
 
 
-def flow_exprs() -> list[pl.Expr]:
-    """Return the expressions adding `flow`, `conn` and `dir` to a packet table (see module docstring)."""
-    src = _endpoint("ip_src", "sport")
-    dst = _endpoint("ip_dst", "dport")
+def flow_exprs(fragments: bool = False) -> list[pl.Expr]:
+    """Return the expressions adding `flow`, `conn` and `dir` to a packet table (see module docstring);
+    with `fragments`, later IP fragments take their datagram's ports (the table needs ip_mf, ip_frag_offset
+    and ip_id)."""
+    sport, dport = (_datagram_port(p) if fragments else pl.col(p) for p in ("sport", "dport"))
+    src = _endpoint("ip_src", sport)
+    dst = _endpoint("ip_dst", dport)
     proto = _proto()
     ok = pl.col("ip_src").is_not_null() & pl.col("ip_dst").is_not_null() & pl.col("ip_proto").is_not_null()
     forward = src <= dst

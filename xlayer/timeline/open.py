@@ -470,7 +470,7 @@ def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: 
         df = src.with_columns(
             pl.lit(e.file, pl.String).alias("capture_file"), pl.lit(e.vantage, pl.String).alias("vantage"),
             pl.lit(e.clock, pl.String).alias("clock"), pl.lit(e.kind, pl.String).alias("kind"),
-            *flow_exprs())
+            *flow_exprs(fragments={"ip_mf", "ip_frag_offset", "ip_id"} <= set(cols)))
         df = tl._align(df, e)
         if spill_dir is None:
             tl._packets[e.file] = df
