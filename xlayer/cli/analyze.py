@@ -77,23 +77,22 @@ def bits_per_s(text: str) -> float:
     """Return a rate given as bit/s, optionally with a k, M or G suffix (100k, 1.5M), as a float."""
     t = text.strip().lower().removesuffix("bit/s").removesuffix("bps").strip()
     unit = t[-1:] if t[-1:] in ("k", "m", "g") else ""
-    try:
-        v = float(t[:len(t) - len(unit)]) * _UNITS[unit]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a rate in bit/s: {text!r} (examples: 50000, 100k, 1.5M)") from None
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"a rate must be 0 or more: {text!r}")
-    return v
+    return _finite_at_least_0(t[:len(t) - len(unit)], _UNITS[unit], text, "a rate in bit/s",
+                              " (examples: 50000, 100k, 1.5M)", "a rate")
 
 
 def seconds_at_least_0(text: str) -> float:
     """Return a duration in seconds, 0 or more."""
+    return _finite_at_least_0(text, 1.0, text, "a number of seconds", "", "a duration")
+
+
+def _finite_at_least_0(number: str, scale: float, text: str, what: str, hint: str, name: str) -> float:
     try:
-        v = float(text)
+        v = float(number) * scale
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}{hint}") from None
     if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"a duration must be 0 or more: {text!r}")
+        raise argparse.ArgumentTypeError(f"{name} must be 0 or more: {text!r}")
     return v
 
 
