@@ -364,7 +364,7 @@ def register(subparsers: Any) -> None:
     pn.add_argument("dir", metavar="DIR")
     for kind, opt in _KIND_OPTION.items():
         pn.add_argument(opt, dest=kind, action="append", default=[], metavar="VANTAGE=FILE",
-                        help=f"a {kind} capture taken at VANTAGE (repeatable)")
+                        help=f"{'an' if kind == 'air' else 'a'} {kind.replace('_', ' ')} capture taken at VANTAGE (repeatable)")
     pn.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
                     help="describe the run (access, device, os, transport, run...)")
     pn.add_argument("--channel", action="append", default=[], metavar="VANTAGE=N",

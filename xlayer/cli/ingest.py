@@ -92,14 +92,16 @@ def cmd_info(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     """Add the `ingest` and `info` commands to the xlayer argument parser; return None."""
     pi = sub.add_parser("ingest", help="decode a pcap/pcapng file into a Parquet packet table")
-    pi.add_argument("file")
+    pi.add_argument("file", metavar="CAPTURE", help="pcap or pcapng file (any link type xlayer reads)")
     pi.add_argument("-o", "--output", required=True, help="Parquet file to write")
-    pi.add_argument("--decoder", choices=("fast", "reference", "tshark"), default="fast")
+    pi.add_argument("--decoder", choices=("fast", "reference", "tshark"), default="fast",
+                    help="fast (columnar, the default), reference (per frame, for checking) or tshark (needs tshark)")
     pi.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pi.set_defaults(func=cmd_ingest)
     pf = sub.add_parser("info", help="link types, counts, time span and radiotap layouts of a capture")
-    pf.add_argument("file")
-    pf.add_argument("--json", action="store_true")
-    pf.add_argument("--decoder", choices=("fast", "reference"), default="fast")
-    pf.add_argument("-q", "--quiet", action="store_true")
+    pf.add_argument("file", metavar="CAPTURE", help="pcap or pcapng file")
+    pf.add_argument("--json", action="store_true", help="print the counts as one JSON object")
+    pf.add_argument("--decoder", choices=("fast", "reference"), default="fast",
+                    help="fast (columnar, the default) or reference (per frame, for checking)")
+    pf.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pf.set_defaults(func=cmd_info)

@@ -17,6 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the `xlayer` command."""
     p = argparse.ArgumentParser(prog="xlayer", description="Multi-layer capture analysis of Wi-Fi and "
                                 "wired networks: why did throughput drop?")
+    from xlayer import __version__
+
+    p.add_argument("--version", action="version", version=f"xlayer {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
     for mod in COMMANDS:
         mod.register(sub)
