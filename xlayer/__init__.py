@@ -26,7 +26,9 @@ import os as _os
 # loaded yet, and a value the user set wins).
 _os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
 
-__version__ = "0.1.0"
+from xlayer.text import package_version as _package_version  # noqa: E402 - after the allocator setting
+
+__version__ = _package_version()
 
 # name -> module it lives in; imported on first use, so that `import xlayer.signals` (the first thing
 # every command does) does not pull in polars and the decoders.

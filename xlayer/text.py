@@ -1,4 +1,4 @@
-"""How xlayer shows things: capture strings made safe for a terminal, and times as UTC text.
+"""How xlayer shows things: capture strings made safe for a terminal, times as UTC text, its version.
 
 One rule each, used by every command and the report: `safe_text` escapes what a capture may hold
 (control characters, bytes that were not UTF-8); times are epoch nanoseconds (`NS` per second) shown
@@ -45,6 +45,16 @@ def utc_text(ns: int | float | None, digits: int = 6) -> str:
         return "-"
     spec = "seconds" if digits == 0 else "milliseconds" if digits <= 3 else "microseconds"
     return datetime.fromtimestamp(ns / NS, tz=timezone.utc).isoformat(timespec=spec)
+
+
+def package_version() -> str:
+    """Return the installed xlayer's version (setup.cfg's, the one place it is written), or 'unknown'."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("xlayer")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def clock_text(seconds: float | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -350,8 +351,8 @@ def test_tcp_state_scan_reads_nothing_before_collect(tmp_path, monkeypatch) -> N
 
 def test_packets_concatenates_corpus_captures(tmp_path) -> None:
     air, wired = corpus_file(RADIOTAP), corpus_file(PCAPNG)
-    os.symlink(air, tmp_path / "sniffer.pcap")
-    os.symlink(wired, tmp_path / "server.pcapng")
+    shutil.copyfile(air, tmp_path / "sniffer.pcap")
+    shutil.copyfile(wired, tmp_path / "server.pcapng")
     b = make_bundle(tmp_path, {"sniffer.pcap": ("air", "sniffer"), "server.pcapng": ("wired", "server")})
     df = packets(b).collect()
     n_air, n_wired = read_capture(air).height, read_capture(wired).height
@@ -384,8 +385,8 @@ def test_tcp_state_concatenates_every_host_format(tmp_path) -> None:
     for mod in ("parsers.hoststate.ss", "parsers.hoststate.iperf3", "parsers.hoststate.tcpinfo"):
         if not has_module(mod):
             pytest.skip(f"{mod} is not in this tree yet")
-    os.symlink(corpus_file(IPERF3), tmp_path / "client.json")
-    os.symlink(corpus_file(FLENT), tmp_path / "client.flent.gz")
+    shutil.copyfile(corpus_file(IPERF3), tmp_path / "client.json")
+    shutil.copyfile(corpus_file(FLENT), tmp_path / "client.flent.gz")
     (tmp_path / "server-ss.txt").write_text(SS_TEXT)
     (tmp_path / "ti.jsonl").write_text(
         '{"ts_ns": 1700000000000000000, "src": "10.0.0.1", "sport": 5201, "dst": "10.0.0.2", '

@@ -660,10 +660,10 @@ def test_sampler_rejects_shell_strings(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         SsSampler(tmp_path / "x", interval=0)
     s = SsSampler(tmp_path / "x", 0.1, port_filter(5201), netns="ns1")
-    assert s.cmd == ["ss", "-N", "ns1", "-t", "-i", "-n",
+    assert s.cmd == ["ss", "-N", "ns1", "-t", "-i", "-n", "--",
                      "(", "sport", "=", ":5201", "or", "dport", "=", ":5201", ")"]
     s = SsSampler(tmp_path / "x", 0.1, ["dst", "10.0.0.2"], cmd_prefix=["ip", "netns", "exec", "ns1"])
-    assert s.cmd == ["ip", "netns", "exec", "ns1", "ss", "-t", "-i", "-n", "dst", "10.0.0.2"]
+    assert s.cmd == ["ip", "netns", "exec", "ns1", "ss", "-t", "-i", "-n", "--", "dst", "10.0.0.2"]
     assert sampler_mod.format_epoch_ns(1718000000000000007) == "1718000000.000000007"
 
 

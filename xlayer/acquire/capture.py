@@ -51,7 +51,10 @@ READY_TIMEOUT_S = 10.0
 FLUSH_WAIT_S = 0.6
 STOP_GRACE_S = 5.0
 TERM_GRACE_S = 2.0
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
+# Names end up in file names and argument lists: a safe alphabet, and never a leading '-' (an option)
+_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,39}$")
+# Linux allows up to 15 bytes without '/', ':' or blanks; we also refuse a leading '-' or '.'
+_IFACE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@+-]{0,14}$")
 
 
 class CaptureSetupError(Exception):
@@ -93,8 +96,7 @@ def parse_iface_spec(text: str, kind: str, default_netns: str | None = None) -> 
         netns, iface = "", rest
     if not iface:
         raise CaptureSetupError(f"{text!r}: no interface name (expected [VANTAGE=][NS:]IFACE)")
-    if len(iface) > 15 or "/" in iface or iface in (".", ".."):
-        raise CaptureSetupError(f"{text!r}: {iface!r} is not a valid interface name")
+    check_iface_name(iface, f"{text!r}: ")
     vantage = vantage or ("sniffer" if kind == "air" else iface)
     _check_name(vantage, "vantage")
     ns = netns or default_netns
@@ -115,9 +117,40 @@ def parse_ss_spec(text: str, filter: list[str], interval: float) -> SsSpec:
 
 
 def _check_name(name: str, what: str) -> None:
-    # Names end up in file names and argument lists: keep them to a safe alphabet.
     if not _NAME_RE.match(name):
-        raise CaptureSetupError(f"{what} {name!r}: use 1-40 characters of A-Z a-z 0-9 _ . -")
+        raise CaptureSetupError(f"{what} {name[:60]!r}: use 1-40 characters of A-Z a-z 0-9 _ . -, "
+                                "starting with a letter, digit or _")
+
+
+def check_iface_name(iface: str, where: str = "") -> str:
+    """Return `iface` if it is a usable interface name; raise CaptureSetupError otherwise.
+
+    Interface names go into argument lists (ip, iw, dumpcap, tcpdump) and /sys paths: 1-15
+    characters of A-Z a-z 0-9 _ . @ + -, never starting with '-' (an option) or '.'.
+    """
+    if not isinstance(iface, str) or not _IFACE_RE.match(iface):
+        raise CaptureSetupError(f"{where}{str(iface)[:60]!r} is not a valid interface name (1-15 characters "
+                                "of A-Z a-z 0-9 _ . @ + -, starting with a letter, digit or _)")
+    return iface
+
+
+def check_capture_filter(bpf: str | None) -> str | None:
+    """Return the capture (BPF) filter if it can be handed to a capture tool; raise CaptureSetupError.
+
+    The filter is always passed as one argument that the tool cannot take for an option (dumpcap
+    `-f FILTER`, tcpdump `-- FILTER`); an expression starting with '-' is refused all the same, as
+    no pcap-filter expression does.
+    """
+    if bpf is None:
+        return None
+    if not isinstance(bpf, str) or not bpf.strip():
+        raise CaptureSetupError("--filter: the capture filter is empty")
+    if bpf.lstrip().startswith("-"):
+        raise CaptureSetupError(f"--filter {bpf[:60]!r}: a capture filter cannot start with '-' "
+                                "(it would look like an option)")
+    if any(c in bpf for c in "\x00\n\r"):
+        raise CaptureSetupError("--filter: the capture filter contains a NUL or line break")
+    return bpf
 
 
 def in_netns(netns: str | None, argv: list[str]) -> list[str]:
@@ -297,7 +330,13 @@ def pick_tool(tool: str = "auto") -> str:
 def capture_argv(tool: str, iface: str, out_stem: Path, snaplen: int | None = None,
                  bpf: str | None = None, ring_size_mb: float | None = None,
                  ring_seconds: float | None = None, ring_files: int | None = None) -> tuple[list[str], str]:
-    """Return (argument list, file glob) for capturing `iface` with dumpcap or tcpdump."""
+    """Return (argument list, file glob) for capturing `iface` with dumpcap or tcpdump.
+
+    No value can reach the tool as an option: the interface name is checked, dumpcap gets the filter
+    as `-f FILTER` and tcpdump after `--` (the end of its options), each as a single argument.
+    """
+    check_iface_name(iface)
+    check_capture_filter(bpf)
     ring = ring_size_mb is not None or ring_seconds is not None
     if tool == "dumpcap":
         path = f"{out_stem}.pcapng"
@@ -329,7 +368,7 @@ def capture_argv(tool: str, iface: str, out_stem: Path, snaplen: int | None = No
     if ring and ring_files:
         argv += ["-W", str(ring_files)]
     if bpf:
-        argv.append(bpf)
+        argv += ["--", bpf]
     return argv, (f"{glob.escape(str(out_stem))}*.pcap" if ring else glob.escape(path))
 
 
@@ -820,6 +859,7 @@ def monitor_commands(iface: str, channel: int, new_name: str | None = None,
 
 def phy_of(iface: str) -> str:
     """Return the wiphy name (phyN) of a wireless interface; raise CaptureSetupError if none."""
+    check_iface_name(iface)
     p = Path(f"/sys/class/net/{iface}/phy80211/name")
     if p.exists():
         return p.read_text().strip()
@@ -831,10 +871,36 @@ def phy_of(iface: str) -> str:
     raise CaptureSetupError(f"{iface} is not a wireless interface (no phy80211)")
 
 
+def is_wireless(iface: str) -> bool:
+    """Return True if `iface` is a wireless (cfg80211) interface: /sys/class/net/IFACE/wireless or
+    phy80211 exists, or `iw dev IFACE info` names its wiphy. Changes nothing."""
+    check_iface_name(iface)
+    base = Path("/sys/class/net") / iface
+    if (base / "wireless").exists() or (base / "phy80211").exists():
+        return True
+    if shutil.which("iw"):
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            p = _run(["iw", "dev", iface, "info"])
+            return p.returncode == 0 and re.search(r"^\s*wiphy \d+", p.stdout, re.M) is not None
+    return False
+
+
 def setup_monitor(iface: str, channel: int, new_name: str | None = None) -> str:
-    """Put a monitor interface on `channel` with iw; return its name. Raise CaptureSetupError on failure."""
+    """Put a monitor interface on `channel` with iw; return its name. Raise CaptureSetupError on failure.
+
+    Every check (names, channel, iw present, IFACE wireless) comes before the first command that
+    changes anything: a wired interface is refused, never taken down.
+    """
+    check_iface_name(iface)
+    if new_name is not None:
+        check_iface_name(new_name, "--add: ")
+    if not isinstance(channel, int) or isinstance(channel, bool) or not 1 <= channel <= 233:
+        raise CaptureSetupError(f"--channel {channel!r}: expected a channel number 1-233")
     if not shutil.which("iw"):
         raise CaptureSetupError("iw not found (apt-get install iw)")
+    if not is_wireless(iface):
+        raise CaptureSetupError(f"{iface} is not a wireless interface (no /sys/class/net/{iface}/wireless "
+                                "and `iw dev` does not list it); nothing was changed")
     phy = phy_of(iface) if new_name else None
     for argv in monitor_commands(iface, channel, new_name, phy):
         p = _run(argv, timeout=10.0)

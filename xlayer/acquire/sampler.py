@@ -21,6 +21,9 @@ twice.  The sampler stops on a `threading.Event`, after `duration`, or on SIGINT
 is called from the main thread); it always finishes the block it is writing.  ss runs in its own
 session so that a terminal's Ctrl-C reaches the sampler, not a half-printed ss.
 
+Filter tokens are checked against ss's filter grammar (`check_ss_filter`) before anything runs and
+are passed after ``--``, so that no filter value can ever reach ss as an option (``-K`` kills sockets).
+
 Command line: ``python -m xlayer.acquire.sampler OUT [--interval S] [--duration S] [--netns NS]
 [--ss-arg=-t --ss-arg=-i --ss-arg=-n --ss-arg=-O ...] [-- FILTER...]`` e.g. ``-- dport = :5201``.
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,6 +45,126 @@ DEFAULT_SS_ARGS: tuple[str, ...] = ("-t", "-i", "-n")
 
 class SamplerError(RuntimeError):
     """ss could not be run at all (not installed, bad netns, bad filter)."""
+
+
+class SsFilterError(SamplerError, ValueError):
+    """An ss filter that ss's filter grammar (as this module knows it) does not allow."""
+
+
+# ---------------------------------------------------------------------------------------------
+# ss filter grammar (man ss: FILTER := [ state STATE-FILTER ] [ EXPRESSION ])
+
+SS_STATES = frozenset((
+    "established", "syn-sent", "syn-recv", "fin-wait-1", "fin-wait-2", "time-wait", "closed",
+    "close-wait", "last-ack", "listening", "closing", "all", "connected", "synchronized", "bucket", "big"))
+_EQ_OPS = frozenset(("=", "==", "eq"))
+_NE_OPS = frozenset(("!=", "ne", "neq"))
+_CMP_OPS = _EQ_OPS | _NE_OPS | frozenset((">", "gt", "<", "lt", ">=", "ge", "geq", "<=", "le", "leq"))
+_AND, _OR, _NOT = frozenset(("and", "&", "&&")), frozenset(("or", "|", "||")), frozenset(("not", "!"))
+_FAMILY = r"(?:inet6?|unix|link|netlink|packet|vsock|tipc|xdp|mptcp):"
+# operands never start with '-': nothing that looks like an option gets past the check
+_PORT_RE = re.compile(rf"^(?:{_FAMILY})?:?(?:\*|[A-Za-z0-9][A-Za-z0-9_.]*(?:-[A-Za-z0-9_.]+)*)$")
+_HOST_RE = re.compile(r"^[A-Za-z0-9*\[:][A-Za-z0-9_.:*%/\[\]-]*$")
+_DEV_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}$")
+_MARK_RE = re.compile(r"^(?:0x[0-9A-Fa-f]+|[0-9]+)(?:/(?:0x[0-9A-Fa-f]+|[0-9]+))?$")
+_LEX_RE = re.compile(r"\s+|\(|\)|&&|\|\||[&|]|!=|<=|>=|==|[=<>!]|[^\s()&|!=<>]+")
+_GRAMMAR = ("[state|exclude STATE]... then predicates dport|sport [OP] :PORT, dst|src [=] HOST, "
+            "dev [=|!=] IFACE, fwmark [=|!=] MARK, autobound, joined by and/or/not and parentheses")
+
+
+def _show(tok: str) -> str:
+    return repr(tok if len(tok) <= 40 else tok[:40] + "...")
+
+
+def check_ss_filter(tokens: Sequence[str]) -> list[str]:
+    """Return the ss filter `tokens` split at operators and parentheses, after checking them against
+    ss's filter grammar; raise SsFilterError (one line) for anything else.
+
+    ``["dport", "=", ":5201"]``, ``["(dport=:5201", "or", "sport=:5201)"]`` and
+    ``["state", "established"]`` pass; ``["-K"]`` or ``["dport", "=", "-K"]`` do not.
+    """
+    if isinstance(tokens, (str, bytes)):
+        raise TypeError("the ss filter must be a list of tokens, not a string")
+    toks: list[str] = []
+    for t in tokens:
+        if not isinstance(t, str):
+            raise SsFilterError(f"ss filter token {t!r} is not a string")
+        if "\x00" in t:
+            raise SsFilterError("ss filter token contains a NUL character")
+        toks += [m.group() for m in _LEX_RE.finditer(t) if not m.group().isspace()]
+    pos = 0
+
+    def peek() -> str | None:
+        return toks[pos] if pos < len(toks) else None
+
+    def take(what: str) -> str:
+        nonlocal pos
+        if pos >= len(toks):
+            raise SsFilterError(f"ss filter ends early: expected {what} ({_GRAMMAR})")
+        pos += 1
+        return toks[pos - 1]
+
+    def fail(tok: str, what: str) -> SsFilterError:
+        return SsFilterError(f"ss filter: {_show(tok)} is not {what} ({_GRAMMAR})")
+
+    def operand(ops: frozenset, rx: re.Pattern, what: str) -> None:
+        nonlocal pos
+        if peek() in ops:
+            pos += 1
+        tok = take(what)
+        if not rx.match(tok):
+            raise fail(tok, what)
+
+    def predicate() -> None:
+        key = take("a predicate")
+        if key in ("dport", "sport"):
+            operand(_CMP_OPS, _PORT_RE, "a port (:PORT, :NAME or *)")
+        elif key in ("dst", "src"):
+            operand(_EQ_OPS, _HOST_RE, "a host ([FAMILY:]ADDRESS[/LEN][:PORT])")
+        elif key == "dev":
+            operand(_EQ_OPS | _NE_OPS, _DEV_RE, "an interface name")
+        elif key == "fwmark":
+            operand(_EQ_OPS | _NE_OPS, _MARK_RE, "a mark (N or N/MASK)")
+        elif key != "autobound":
+            raise fail(key, "a predicate")
+
+    def term() -> None:
+        nonlocal pos
+        tok = peek()
+        if tok in _NOT:
+            pos += 1
+            term()
+        elif tok == "(":
+            pos += 1
+            expr()
+            if take("')'") != ")":
+                raise fail(toks[pos - 1], "')'")
+        else:
+            predicate()
+
+    def expr() -> None:
+        nonlocal pos
+        term()
+        while True:
+            tok = peek()
+            if tok in _AND or tok in _OR:
+                pos += 1
+                term()
+            elif tok is None or tok == ")":
+                return
+            else:
+                term()          # ss: no operator between predicates means 'and'
+
+    while peek() in ("state", "exclude"):
+        pos += 1
+        st = take("a state")
+        if st not in SS_STATES:
+            raise fail(st, f"a TCP state ({', '.join(sorted(SS_STATES))})")
+    if peek() is not None:
+        expr()
+        if pos < len(toks):
+            raise fail(toks[pos], "expected here")
+    return toks
 
 
 @dataclass
@@ -106,7 +230,9 @@ class SsSampler:
         # ss's own -N switches namespace in-process: half the cost of `ip netns exec NS ss`, which
         # matters at 20 samples a second; cmd_prefix=["ip", "netns", "exec", NS] works too
         ns_args = ["-N", netns] if netns is not None else []
-        self.cmd = list(cmd_prefix or []) + [ss] + ns_args + list(ss_args) + list(filter or [])
+        # the filter is checked against ss's grammar and comes after "--": never an option to ss
+        filt = check_ss_filter(list(filter or []))
+        self.cmd = list(cmd_prefix or []) + [ss] + ns_args + list(ss_args) + (["--", *filt] if filt else [])
         self.append = append
         self.timeout = timeout if timeout is not None else max(2.0, 20 * self.interval)
         self.stats = SamplerStats(command=list(self.cmd), interval_s=self.interval)
@@ -254,9 +380,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # everything after -- is the ss filter, verbatim (argparse would mix it with the options)
     filt = args[args.index("--") + 1:] if "--" in args else []
     a = p.parse_args(args[:args.index("--")] if "--" in args else args)
-    s = SsSampler(a.output, a.interval, filt, netns=a.netns,
-                  ss_args=a.ss_args or DEFAULT_SS_ARGS, append=a.append)
     try:
+        s = SsSampler(a.output, a.interval, filt, netns=a.netns,
+                      ss_args=a.ss_args or DEFAULT_SS_ARGS, append=a.append)
         st = s.run(duration=a.duration)
     except SamplerError as e:
         print(f"xlayer.acquire.sampler: {e}", file=sys.stderr)

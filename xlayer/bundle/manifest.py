@@ -2,7 +2,11 @@
 
 The manifest format is the shared bundle spec (`xlayer_bundle: 1`).  Loading validates everything
 a later step relies on -- above all that no `file` can point outside the bundle directory -- so a
-manifest from someone else's machine is data, not a set of paths to trust.  Unknown keys are kept
+manifest from someone else's machine is data, not a set of paths to trust.  The same holds on disk:
+`Bundle.file_path` refuses a capture whose resolved path leaves the bundle, any symbolic link unless
+the manifest says `"follow_links": true`, and anything but a regular file (a FIFO or a device is
+refused without being opened); `bundle.json` itself must be a regular file of at most
+`MANIFEST_MAX_BYTES`, and is read with a bounded read.  Unknown keys are kept
 and written back unchanged, so tools newer than this one can add fields without losing them here.
 """
 from __future__ import annotations
@@ -11,11 +15,13 @@ import contextlib
 import json
 import math
 import os
+import posixpath
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any
+from typing import Any, BinaryIO
 
 MANIFEST = "bundle.json"
 VERSION = 1
@@ -26,6 +32,7 @@ STATE_FORMATS = ("ss", "tcpinfo-jsonl", "iperf3-json", "flent")
 FORMATS = PACKET_FORMATS + STATE_FORMATS
 STOP_REASONS = ("duration", "SIGINT", "SIGTERM", "disk_full", "error")
 ADDED_COLUMNS = ("capture_file", "vantage", "clock")
+MANIFEST_MAX_BYTES = 16 << 20       # a manifest is a few kB; anything this big is not one
 
 
 class BundleError(Exception):
@@ -170,7 +177,7 @@ def check_entry(e: CaptureEntry, where: str = "capture") -> None:
 # the bundle
 
 _BUNDLE_KEYS = ("xlayer_bundle", "created", "host", "tags", "captures", "clocks", "clock_overrides",
-                "capture")
+                "capture", "follow_links")
 
 
 def named(items: list[Any], which: str) -> tuple[Any | None, list[Any]]:
@@ -195,6 +202,7 @@ class Bundle:
     clock_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     capture: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    follow_links: bool = False      # may a capture be a symbolic link (to a file inside the bundle)?
     path: Path | None = field(default=None, compare=False)
 
     # --- (de)serialisation ---
@@ -214,6 +222,8 @@ class Bundle:
             d["clock_overrides"] = self.clock_overrides
         if self.capture is not None:
             d["capture"] = self.capture
+        if self.follow_links is not False:
+            d["follow_links"] = self.follow_links
         for k, v in self.extra.items():
             d.setdefault(k, v)
         return d
@@ -243,6 +253,7 @@ class Bundle:
             clock_overrides=d.get("clock_overrides") if d.get("clock_overrides") is not None else {},
             capture=d.get("capture"),
             extra={k: v for k, v in d.items() if k not in _BUNDLE_KEYS},
+            follow_links=d.get("follow_links", False),
         )
         check_bundle(b, where)
         return b
@@ -263,11 +274,17 @@ class Bundle:
         raise BundleError(f"no capture {which!r} in the bundle (vantages and files: {', '.join(known)})")
 
     def file_path(self, which: str | CaptureEntry) -> Path:
-        """Return the absolute path of a capture's file (the bundle must have been opened)."""
+        """Return the path of a capture's file (the bundle must have been opened).
+
+        Raise BundleError, naming the file and never reading it, if the path goes through a symbolic
+        link while the manifest does not say `"follow_links": true`, if it resolves outside the bundle
+        directory, or if it exists and is not a regular file (a FIFO, a device, a directory).  A
+        missing file is returned as is: the caller says it is missing.
+        """
         if self.path is None:
             raise BundleError("this bundle has no directory yet (open_bundle sets it)")
         e = self.entry(which)
-        return self.path / check_relative_path(e.file, e.file)
+        return checked_path(self.path, check_relative_path(e.file, e.file), self.follow_links)
 
     def clock_groups(self) -> dict[str, list[CaptureEntry]]:
         """Return each clock name with the captures stamped by it, in manifest order."""
@@ -287,12 +304,17 @@ def check_bundle(b: Bundle, where: str = MANIFEST) -> None:
         v = getattr(b, k)
         if v is not None and not isinstance(v, str):
             raise BundleError(f"{where}: '{k}' must be a string")
-    seen: set[str] = set()
+    if not isinstance(b.follow_links, bool):
+        raise BundleError(f"{where}: 'follow_links' must be true or false")
+    seen: dict[str, str] = {}
     for i, c in enumerate(b.captures):
         check_entry(c, f"{where}: captures[{i}]")
-        if c.file in seen:
-            raise BundleError(f"{where}: captures[{i}]: file {c.file!r} is listed twice")
-        seen.add(c.file)
+        # './x.pcap' and 'x.pcap' (or 'a//b' and 'a/b') are one file
+        key = posixpath.normpath(c.file)
+        if key in seen:
+            also = "" if seen[key] == c.file else f" (as {seen[key]!r})"
+            raise BundleError(f"{where}: captures[{i}]: file {c.file!r} is listed twice{also}")
+        seen[key] = c.file
     for name in ("clocks", "clock_overrides"):
         sect = getattr(b, name)
         if not isinstance(sect, dict) or not all(isinstance(v, dict) for v in sect.values()):
@@ -311,6 +333,89 @@ def check_bundle(b: Bundle, where: str = MANIFEST) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# files on disk: inside the bundle, regular, never a symbolic link unless allowed
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _inside(root_real: str, target_real: str) -> bool:
+    with contextlib.suppress(ValueError):
+        return os.path.commonpath([root_real, target_real]) == root_real
+    return False
+
+
+def checked_path(root: str | os.PathLike, rel: str, follow_links: bool = False) -> Path:
+    """Return root/rel after checking it on disk (see `Bundle.file_path`); raise BundleError if not.
+
+    Only lstat, readlink (realpath) and stat are used: the file is never opened here.
+    """
+    root = Path(root)
+    path = root / rel
+    cur = root
+    for part in PurePosixPath(rel).parts:
+        cur = cur / part
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            break
+        except OSError as exc:
+            raise BundleError(f"{rel}: cannot look at it: {exc.strerror or exc}") from None
+        if stat.S_ISLNK(st.st_mode) and not follow_links:
+            via = "" if cur == path else f" (through {cur.relative_to(root)})"
+            raise BundleError(f"{rel}: is a symbolic link{via}; a bundle's files must be regular files "
+                              "inside it (a manifest may allow links within the bundle with "
+                              '"follow_links": true)')
+    if not _inside(os.path.realpath(root), os.path.realpath(path)):
+        raise BundleError(f"{rel}: resolves to a file outside the bundle directory; refused")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return path
+    except OSError as exc:
+        raise BundleError(f"{rel}: cannot look at it: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise BundleError(f"{rel}: is {_file_kind(st.st_mode)}, not a regular file; refused without "
+                          "reading it")
+    return path
+
+
+def open_regular(path: str | os.PathLike, follow_links: bool = True) -> BinaryIO:
+    """Open `path` for binary reading only if it is a regular file; raise BundleError otherwise.
+
+    stat first, so a FIFO or a device is never opened; then open with O_NONBLOCK (a FIFO swapped in
+    meanwhile cannot block the open) and O_NOFOLLOW unless links are allowed, and check again.
+    """
+    try:
+        st = os.stat(path) if follow_links else os.lstat(path)
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise BundleError(f"{path}: is {_file_kind(st.st_mode)}, not a regular file; refused without "
+                          "reading it")
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BundleError(f"{path}: is {_file_kind(st.st_mode)}, not a regular file; refused")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
 # manifest I/O
 
 def _manifest_path(path: str | os.PathLike) -> tuple[Path, Path]:
@@ -324,13 +429,33 @@ def load_manifest(dir: str | os.PathLike) -> Bundle:
     """Return the validated Bundle of DIR/bundle.json (path set to DIR); raise BundleError if unusable."""
     d, mf = _manifest_path(dir)
     try:
-        raw = mf.read_bytes()
+        lst = os.lstat(mf)
     except FileNotFoundError:
         if not d.is_dir():
             raise BundleError(f"{d}: no such directory") from None
         raise BundleError(f"{d}: no {MANIFEST} here (not an xlayer bundle)") from None
     except OSError as exc:
         raise BundleError(f"{mf}: cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(lst.st_mode) and not _inside(os.path.realpath(d), os.path.realpath(mf)):
+        raise BundleError(f"{mf}: is a symbolic link to outside the bundle directory; refused")
+    try:
+        st = os.stat(mf)
+    except OSError as exc:
+        raise BundleError(f"{mf}: cannot read: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise BundleError(f"{mf}: is {_file_kind(st.st_mode)}, not a regular file; refused without "
+                          "reading it")
+    limit = MANIFEST_MAX_BYTES
+    if st.st_size > limit:
+        raise BundleError(f"{mf}: {st.st_size} bytes, more than a manifest may have "
+                          f"({limit} bytes); refused")
+    with open_regular(mf) as fh:
+        try:
+            raw = fh.read(limit + 1)           # bounded, even if the file grew since the stat
+        except OSError as exc:
+            raise BundleError(f"{mf}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > limit:
+        raise BundleError(f"{mf}: more than a manifest may have ({limit} bytes); refused")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -343,6 +468,15 @@ def load_manifest(dir: str | os.PathLike) -> Bundle:
         raise BundleError(f"{mf}: not valid JSON (nested too deeply)") from None
     b = Bundle.from_dict(obj, str(mf))
     b.path = d
+    if b.follow_links:
+        # links may make two names one file: compare where they lead (realpath reads links only)
+        seen: dict[str, str] = {}
+        for i, c in enumerate(b.captures):
+            real = os.path.realpath(d / c.file)
+            if real in seen:
+                raise BundleError(f"{mf}: captures[{i}]: file {c.file!r} is listed twice "
+                                  f"(as {seen[real]!r})")
+            seen[real] = c.file
     return b
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from parsers.formats.detect import HEAD_BYTES, WHOLE_MAX, guess_format_bytes
-from xlayer.bundle.manifest import ADDED_COLUMNS, Bundle, BundleError, CaptureEntry
+from xlayer.bundle.manifest import ADDED_COLUMNS, Bundle, BundleError, CaptureEntry, open_regular
 
 
 def scan(bundle: Bundle, which: str | CaptureEntry, decoder: str = "fast") -> pl.LazyFrame:
@@ -89,16 +89,22 @@ def _read_summary(bundle: Bundle, e: CaptureEntry, decoder: str) -> dict[str, An
 def guess_format(path: str | os.PathLike) -> str:
     """Return the format of the file at `path` from its content; raise BundleError if unknown."""
     p = Path(path)
-    try:
-        with p.open("rb") as fh:
+    # a regular file only: a FIFO or a device is refused without being opened for reading
+    with open_regular(p) as fh:
+        try:
             head = fh.read(HEAD_BYTES)
-    except OSError as exc:
-        raise BundleError(f"{p}: cannot read: {exc.strerror or exc}") from None
+        except OSError as exc:
+            raise BundleError(f"{p}: cannot read: {exc.strerror or exc}") from None
 
-    def whole() -> bytes:
-        return p.read_bytes() if p.stat().st_size <= WHOLE_MAX else b""
+        def whole() -> bytes:
+            # bounded: never more than WHOLE_MAX bytes, even if the file grew since it was looked at
+            if os.fstat(fh.fileno()).st_size > WHOLE_MAX:
+                return b""
+            fh.seek(0)
+            data = fh.read(WHOLE_MAX + 1)
+            return data if len(data) <= WHOLE_MAX else b""
 
-    fmt = guess_format_bytes(head, whole)
+        fmt = guess_format_bytes(head, whole)
     if fmt is None:
         raise BundleError(f"{p}: cannot tell the format (not pcap, pcapng, ss text, tcp_info JSON lines, "
                           "iperf3 JSON or flent data)")

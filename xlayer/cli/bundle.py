@@ -152,17 +152,16 @@ def parse_tags(tags: list[str]) -> dict[str, str]:
 
 
 def _place(src: Path, dest: Path, link: bool) -> str:
-    """Put src at dest (copy, or hard link / symlink with link=True); return how it was done."""
+    """Put src at dest (copy, or hard link with link=True); return how it was done."""
     if link:
         try:
             os.link(src, dest)
             return "hard-linked"
         except OSError as exc:
-            # Across file systems, or where hard links are not allowed: a symlink still avoids a copy.
+            # Across file systems, or where hard links are not allowed: copied, since a bundle may not
+            # hold a symlink to a file outside it (it would be refused when read).
             if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES):
                 raise
-        os.symlink(src.resolve(), dest)
-        return "symlinked"
     # Copy under a temporary name first, so an interrupted copy never looks like a whole capture.
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     os.close(fd)
@@ -374,8 +373,8 @@ def register(subparsers: Any) -> None:
                     "(default: the vantage name)")
     pn.add_argument("--note", action="append", default=[], metavar="VANTAGE=TEXT",
                     help="free-text note for the captures at VANTAGE, or for one capture file")
-    pn.add_argument("--link", action="store_true", help="hard-link the files (symlink across file "
-                    "systems) instead of copying")
+    pn.add_argument("--link", action="store_true", help="hard-link the files instead of copying them "
+                    "(copied where a hard link cannot be made, e.g. across file systems)")
     pn.add_argument("--force", action="store_true", help="replace an existing bundle.json and files")
     pn.set_defaults(func=cmd_new)
     ps = sub.add_parser("show", help="tags, captures (records, time span, link types) and clocks of a bundle")

@@ -6,6 +6,7 @@ import shlex
 import sys
 
 import xlayer.acquire.capture as cap
+from xlayer.acquire.sampler import SsFilterError, check_ss_filter
 
 
 def _tag(text: str) -> tuple[str, str]:
@@ -29,12 +30,18 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
     """Return the CaptureConfig the parsed arguments describe; raise CaptureSetupError if invalid."""
     ifaces = [cap.parse_iface_spec(t, "air", args.netns) for t in args.air or []]
     ifaces += [cap.parse_iface_spec(t, "wired", args.netns) for t in args.wired or []]
-    # shlex only splits the filter into tokens (quoting-aware); nothing is ever run by a shell
+    # shlex only splits the filter into tokens (quoting-aware); nothing is ever run by a shell.
+    # The tokens must follow ss's filter grammar: checked here, before anything runs.
     try:
-        tokens = shlex.split(args.ss_filter) if args.ss_filter else []
-    except ValueError as exc:
-        raise cap.CaptureSetupError(f"--ss-filter: {exc}") from exc
+        tokens = check_ss_filter(shlex.split(args.ss_filter)) if args.ss_filter else []
+    except (ValueError, SsFilterError) as exc:
+        raise cap.CaptureSetupError(f"--ss-filter: {exc}") from None
     samplers = [cap.parse_ss_spec(t, tokens, args.interval) for t in args.tcp_state or []]
+    cap.check_capture_filter(args.filter)
+    if args.snaplen is not None and args.snaplen <= 0:
+        raise cap.CaptureSetupError(f"--snaplen {args.snaplen}: must be a positive number of bytes")
+    if args.ring_files is not None and args.ring_files <= 0:
+        raise cap.CaptureSetupError(f"--ring-files {args.ring_files}: must be at least 1")
     if args.ring_files and args.ring_size is None and args.ring_seconds is None:
         raise cap.CaptureSetupError("--ring-files needs --ring-size or --ring-seconds")
     return cap.CaptureConfig(
@@ -96,7 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--wired", action="append", metavar="[VANTAGE=][NS:]IFACE",
                    help="a wired interface; repeatable; vantage defaults to the interface name")
     p.add_argument("--netns", default=None, help="namespace for interfaces that do not name one")
-    p.add_argument("-f", "--filter", default=None, metavar="BPF", help="capture filter (one argument)")
+    p.add_argument("-f", "--filter", default=None, metavar="BPF", help="capture filter, passed as one argument (dumpcap -f, tcpdump after --)")
     p.add_argument("--snaplen", type=int, default=None, help="bytes kept per packet (default: all)")
     p.add_argument("--ring-size", type=_positive, default=None, metavar="MB",
                    help="start a new file every MB megabytes")
@@ -109,7 +116,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--interval", type=_positive, default=0.05, metavar="S",
                    help="ss sampling interval (default 0.05 s)")
     p.add_argument("--ss-filter", default=None, metavar="EXPR",
-                   help="ss filter, split into tokens, e.g. 'dport = :5201'")
+                   help="ss filter, split into tokens and checked against ss's filter grammar (states, "
+                        "dport/sport/dst/src/dev, and/or/not, parentheses), e.g. 'dport = :5201'")
     p.add_argument("--tag", action="append", type=_tag, metavar="K=V", help="bundle tag; repeatable")
     p.add_argument("--duration", type=_positive, default=None, metavar="S",
                    help="stop after S seconds (default: at SIGINT/SIGTERM)")
@@ -121,7 +129,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "monitor", help="put a wireless interface in monitor mode on a channel (iw)",
         description="Set up a monitor-mode interface with iw: either IFACE itself (ip link down, iw "
                     "set type monitor, up, set channel) or, with --add NAME, a new monitor interface "
-                    "on IFACE's phy. Untested: the development machine has no wireless hardware.")
+                    "on IFACE's phy. IFACE must be wireless (checked before anything changes). Untested: the "
+                    "development machine has no wireless hardware.")
     m.add_argument("iface")
     m.add_argument("--channel", type=int, required=True)
     m.add_argument("--add", metavar="NAME", default=None,

@@ -10,16 +10,14 @@ from parsers.formats.records import CaptureError
 from xlayer.bundle.manifest import BundleError
 from xlayer.cli import COMMANDS
 from xlayer.signals import Stop
-from xlayer.text import safe_text
+from xlayer.text import package_version, safe_text
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the `xlayer` command."""
     p = argparse.ArgumentParser(prog="xlayer", description="Multi-layer capture analysis of Wi-Fi and "
                                 "wired networks: why did throughput drop?")
-    from xlayer import __version__
-
-    p.add_argument("--version", action="version", version=f"xlayer {__version__}")
+    p.add_argument("--version", action="version", version=f"xlayer {package_version()}")
     sub = p.add_subparsers(dest="cmd", required=True)
     for mod in COMMANDS:
         mod.register(sub)
