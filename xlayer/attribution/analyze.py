@@ -12,7 +12,10 @@
    one are one incident.
 3. Every registered cause (`xlayer.attribution.causes`) scores every incident; a finding about flows other
    than those that dropped is weighted down by the share of the dropping flows it touches
-   (x (0.5 + 0.5 share)); findings under `MIN_CONFIDENCE` are left out, the rest ranked by confidence.  An incident nothing explains is kept, cause None.
+   (x (0.5 + 0.5 share)); findings under `MIN_CONFIDENCE` are left out, the rest ranked by confidence,
+   then put root first (`xlayer.attribution.causality`): a consequence whose delay the measurements
+   show another finding made ranks right after it and says why.  An incident nothing explains is
+   kept, cause None.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from typing import Any
 
 import polars as pl
 
+from xlayer.attribution.causality import explain
 from xlayer.attribution.causes import causes
 from xlayer.attribution.causes.base import NS, Context, Window
 from xlayer.attribution.drops import (
@@ -147,7 +151,7 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
         # An event window is the event's consequence: the cause that saw the event ranks first
         # (a station that lost its association also shows falling rates and retries after it).
         found.sort(key=lambda f: (not (w.kind == "event" and f.cause == w.proposer), -f.confidence))
-        found = _roots_first(found)
+        found = explain(ctx, w, found)
         flows = w.flows or sorted({x for f in found for x in f.flows})
         stations = w.stations or sorted({x for f in found for x in f.stations})
         incidents.append(Incident(w.start_ns, w.end_ns, w.kind, flows, stations, w.drop, found))
@@ -292,24 +296,6 @@ def read_notes(tl: Timeline) -> list[str]:
         if bits:
             out.append(f"{f}: " + "; ".join(bits))
     return out
-
-
-def _roots_first(found: list) -> list:
-    """Return findings with a consequence placed after the cause the numbers show produced it.
-
-    Spurious timeouts follow a delay above the RTO; when the AP's queue overflowed in the same
-    window and its sojourn time alone reached the RTO, the queue made the delay: it ranks first.
-    """
-    by = {f.cause: f for f in found}
-    ap, sp = by.get("ap_queue_overflow"), by.get("spurious_rto")
-    if ap is not None and sp is not None and found.index(sp) < found.index(ap):
-        rto = sp.numbers.get("host_rto_ms") or sp.numbers.get("rto_estimate_ms")
-        soj = ap.numbers.get("sojourn_p95_ms")
-        if rto and soj is not None and soj >= 0.8 * rto:
-            found = [f for f in found if f is not sp]
-            found.insert(found.index(ap) + 1, sp)
-            sp.summary += f" (the AP queue's sojourn, p95 {soj:.0f} ms, made the delay)"
-    return found
 
 
 def _flow_summary(ctx: Context, chosen: pl.DataFrame, g: pl.DataFrame) -> list[dict[str, Any]]:

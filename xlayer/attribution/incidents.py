@@ -42,6 +42,8 @@ class CauseFinding:
     stations: list[str] = field(default_factory=list)
     flows: list[str] = field(default_factory=list)
     frames: list[FrameRef] = field(default_factory=list)
+    explained_by: str | None = None     # the cause whose measured effect produced this one (causality)
+    because: str = ""                   # the measurement that says so, one sentence
 
     def as_json(self) -> dict[str, Any]:
         return {"cause": self.cause, "confidence": round(float(self.confidence), 3), "summary": self.summary,
@@ -72,8 +74,12 @@ class Incident:
 
     def as_json(self) -> dict[str, Any]:
         frames = [f.as_json() for c in self.findings for f in c.frames]
+        roots = [c.cause for c in self.findings if c.explained_by is None]
         return {"start": seconds(self.start_ns), "end": seconds(self.end_ns), "kind": self.kind,
                 "cause": self.cause, "confidence": round(self.confidence, 3),
+                "root": roots[0] if roots else None,
+                "consequences": [{"cause": c.cause, "explained_by": c.explained_by, "because": c.because}
+                                 for c in self.findings if c.explained_by is not None],
                 "causes": [{"cause": c.cause, "confidence": round(float(c.confidence), 3)} for c in self.findings],
                 "flows": self.flows, "stations": self.stations, "drop": self.drop,
                 "evidence": {c.cause: {"summary": c.summary, "numbers": c.numbers, "stations": c.stations,

@@ -39,6 +39,9 @@ def summary_text(an: Any) -> str:
         others = ", ".join(f"{c.cause} {c.confidence:.2f}" for c in inc.findings[1:])
         if others:
             lines.append(f"    also: {others}")
+        for c in inc.findings:
+            if c.explained_by is not None:
+                lines.append(f"    consequence: {t(c.because)}")
         if top.frames:
             ex = "; ".join(f"{t(fr.capture_file)} #{fr.frame} ({t(fr.what)})" for fr in top.frames[:3])
             lines.append(f"    frames: {ex}")
