@@ -27,14 +27,14 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print(f"xlayer: sim: {why}", file=sys.stderr)
         return 2
     try:
-        sc = get_scenario(args.scenario, args.seconds)
+        sc = get_scenario(args.scenario, args.seconds, seed=args.seed)
         if args.ssid is not None:
             sc.ssid = args.ssid          # run_scenario checks it (1..32 bytes)
         truth = run_scenario(args.scenario, args.output, seed=args.seed, scenario=sc,
                              keep_work=args.keep_work,
                              log=lambda m: print(f"xlayer sim: {m}", file=sys.stderr, flush=True))
     except (SimError, KeyError) as exc:
-        print(f"xlayer: sim: {exc}", file=sys.stderr)
+        print(f"xlayer: sim: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("xlayer: sim interrupted", file=sys.stderr)
@@ -59,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", nargs="?", choices=list(SCENARIOS), metavar="SCENARIO",
                    help="one of: " + ", ".join(SCENARIOS))
     p.add_argument("-o", "--output", metavar="DIR", help="bundle directory (created)")
-    p.add_argument("--seed", type=int, default=1, help="random seed, >= 1 (same seed, same bytes; default 1)")
+    p.add_argument("--seed", type=int, default=1, help="random seed, >= 1 (same seed, same bytes; default 1); "
+                   "scenario random also draws its setup and causes from it")
     p.add_argument("--seconds", type=float, default=None, help="simulated time (default: the scenario's)")
     p.add_argument("--ssid", default=None, help="the BSS's SSID in beacons and probe responses, 1 to 32 "
                    "bytes (default: xlayer-sim)")

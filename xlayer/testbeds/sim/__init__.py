@@ -13,9 +13,26 @@ Layout: `scenarios` (the experiments, one function each), `world` (ns-3 side, ch
 """
 from __future__ import annotations
 
-from xlayer.testbeds.sim.clocks import CONVENTION, EPOCH_BASE_S, Clock, to_reference_ns, to_reference_s
+# The seeded scenario `random` registers itself (it builds on scenarios.py's helpers).
+from xlayer.testbeds.sim import random_scenario  # noqa: F401
+from xlayer.testbeds.sim.clocks import (
+    CONVENTION,
+    EPOCH_BASE_S,
+    Clock,
+    to_reference_ns,
+    to_reference_s,
+)
 from xlayer.testbeds.sim.run import SimError, run_scenario
-from xlayer.testbeds.sim.scenarios import FILES, SCENARIOS, Flow, Scenario, Station, get_scenario, list_scenarios, scenario
+from xlayer.testbeds.sim.scenarios import (
+    FILES,
+    SCENARIOS,
+    Flow,
+    Scenario,
+    Station,
+    get_scenario,
+    list_scenarios,
+    scenario,
+)
 
 
 def ns3_available() -> tuple[bool, str]:

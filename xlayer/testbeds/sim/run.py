@@ -95,7 +95,7 @@ def run_scenario(name: str, outdir: str | os.PathLike, *, seed: int = 1, seconds
     log = log or (lambda m: None)
     if seed < 1:
         raise SimError("seed must be >= 1 (ns-3 rejects seed 0)")
-    sc = scenario or get_scenario(name, seconds)
+    sc = scenario or get_scenario(name, seconds, seed=seed)
     try:
         check_ssid(sc.ssid)       # a caller may have set it after the scenario was built
     except ValueError as exc:

@@ -125,30 +125,44 @@ class Scenario:
 
 @dataclass(frozen=True)
 class ScenarioDef:
-    """A registered scenario: its builder and one-line description."""
+    """A registered scenario: its builder and one-line description.
+
+    A `seeded` scenario is drawn from the run's seed: its builder is ``fn(seconds, seed)`` with
+    seconds None for the length the draw needs (`default_seconds` is then 0).
+    """
 
     name: str
     summary: str
     default_seconds: float
-    build: Callable[[float], Scenario]
+    build: Callable[..., Scenario]
+    seeded: bool = False
 
 
 SCENARIOS: dict[str, ScenarioDef] = {}
 
 
-def scenario(name: str, summary: str, seconds: float) -> Callable:
-    """Register `fn(seconds) -> Scenario` under `name` (decorator)."""
-    def deco(fn: Callable[[float], Scenario]) -> Callable[[float], Scenario]:
-        SCENARIOS[name] = ScenarioDef(name, summary, seconds, fn)
+def scenario(name: str, summary: str, seconds: float, *, seeded: bool = False) -> Callable:
+    """Register `fn(seconds) -> Scenario` (seeded: `fn(seconds | None, seed) -> Scenario`) under `name`
+    (decorator)."""
+    def deco(fn: Callable[..., Scenario]) -> Callable[..., Scenario]:
+        SCENARIOS[name] = ScenarioDef(name, summary, seconds, fn, seeded)
         return fn
     return deco
 
 
-def get_scenario(name: str, seconds: float | None = None) -> Scenario:
-    """Return scenario `name` built for `seconds` of simulated time (its default if None)."""
+def get_scenario(name: str, seconds: float | None = None, seed: int | None = None) -> Scenario:
+    """Return scenario `name` built for `seconds` of simulated time (its default if None).
+
+    `seed` is the run's seed: a seeded scenario (``random``) is drawn from it (seed 1 if None: pass
+    the run's seed, as `xlayer sim` does), the others ignore it.
+    """
     if name not in SCENARIOS:
         raise KeyError(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})")
     d = SCENARIOS[name]
+    if d.seeded:
+        sc = d.build(float(seconds) if seconds is not None else None, 1 if seed is None else int(seed))
+        sc.name, sc.summary = name, sc.summary or d.summary     # the summary says what was drawn
+        return sc
     sc = d.build(float(seconds) if seconds is not None else d.default_seconds)
     sc.name, sc.summary = name, d.summary
     return sc

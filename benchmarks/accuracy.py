@@ -1,0 +1,265 @@
+"""Score `xlayer analyze` against the truth of random simulated scenarios (issue 11).
+
+    python benchmarks/accuracy.py --seeds 1:11 [--jobs 2] [--work DIR]
+
+For each seed in [A, B) it simulates `xlayer sim random --seed N` (cached in --work, keyed by the
+seed and a hash of the drawn scenario and the generator's source, so a changed generator re-simulates), runs
+`xlayer analyze BUNDLE --json`, scores it with `xlayer.attribution.truthcheck`, and prints:
+
+- the confusion matrix: per truth primary cause (or "none" for a run without cause), the cause ranked
+  first by the incident covering most of its window (at least truthcheck's half), "none" if no
+  incident does; on a run without cause, one count per incident (or one "none" if there is none);
+- per-cause precision and recall from that matrix;
+- the share of truth events found (truthcheck: an incident covering half the window ranks the
+  event's cause first), incidents on runs without an injected cause, the median window IoU (truth
+  primary cause vs the incident that overlaps it most; 0 when none does);
+- root-vs-consequence errors: the first-ranked cause of an event's incident is one of the run's
+  truth *secondary* causes (a consequence, e.g. spurious_rto) while the primary (root) is not first;
+- alignment errors: per packet capture not on the reference clock, the largest |estimated - true|
+  reference time over the capture's span (truth.json's clocks), as percentiles.
+
+Tuning seeds are < 1000; the issue's report seeds are 1000-1099.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a clone without installing
+
+from xlayer.attribution.incidents import Analysis, CauseFinding, Incident
+from xlayer.attribution.truthcheck import MIN_COVER, check
+
+NONE = "none"
+
+
+def scenario_key(seed: int) -> str:
+    """Return a short hash of seed `seed`'s drawn scenario (its physical setup)."""
+    import xlayer.testbeds.sim.random_scenario as gen
+    from xlayer.testbeds.sim import get_scenario
+
+    phys = get_scenario("random", seed=seed).physical()
+    # the generator's source too: its truth hooks run when the bundle is made
+    key = json.dumps(phys, sort_keys=True) + Path(gen.__file__).read_text()
+    return hashlib.sha256(key.encode()).hexdigest()[:10]
+
+
+def simulate(seed: int, work: Path) -> tuple[Path, str | None]:
+    """Return (bundle dir, error) of seed `seed`'s random scenario, simulating it unless cached."""
+    out = work / f"random-s{seed}-{scenario_key(seed)}"
+    if (out / "truth.json").is_file() and (out / "bundle.json").is_file():
+        return out, None
+    if out.exists():
+        shutil.rmtree(out)
+    p = subprocess.run([sys.executable, "-m", "xlayer", "sim", "random", "-o", str(out), "--seed", str(seed)],
+                       cwd=REPO, capture_output=True, text=True, check=False)
+    # exit 1: simulated, but the intended effect did not show (kept: the truth says what happened)
+    if p.returncode not in (0, 1) or not (out / "truth.json").is_file():
+        return out, f"sim exited {p.returncode}: {p.stderr.strip()[-500:]}"
+    return out, None
+
+
+def analyze(bundle: Path) -> tuple[dict | None, str | None]:
+    """Return (`xlayer analyze --json` output, error)."""
+    p = subprocess.run([sys.executable, "-m", "xlayer", "analyze", str(bundle), "--json"],
+                       cwd=REPO, capture_output=True, text=True, check=False)
+    if p.returncode != 0:
+        return None, f"analyze exited {p.returncode}: {p.stderr.strip()[-500:]}"
+    return json.loads(p.stdout), None
+
+
+def analysis_from_json(d: dict) -> Analysis:
+    """Rebuild the incidents truthcheck reads (windows and ranked causes) from `analyze --json`."""
+    incs = [Incident(start_ns=round(i["start"] * 1e9), end_ns=round(i["end"] * 1e9), kind=i.get("kind", ""),
+                     flows=i.get("flows", []),
+                     findings=[CauseFinding(c["cause"], c["confidence"], "") for c in i.get("causes", [])])
+            for i in d.get("incidents", [])]
+    return Analysis(incidents=incs, flows=d.get("flows", []), alignment=d.get("alignment", {}))
+
+
+def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    return max(0.0, min(a1, b1) - max(a0, b0))
+
+
+def _span(path: Path) -> list[int]:
+    from parsers.formats.containers import open_capture
+
+    lo = hi = None
+    with open_capture(path) as cf:
+        for ch in cf.chunks():
+            if len(ch.ts_ns):
+                lo = int(ch.ts_ns.min()) if lo is None else min(lo, int(ch.ts_ns.min()))
+                hi = int(ch.ts_ns.max()) if hi is None else max(hi, int(ch.ts_ns.max()))
+    return [] if lo is None else [lo, hi]
+
+
+def alignment_errors(bundle: Path, alignment: dict, truth: dict) -> dict[str, float]:
+    """Return per packet capture off the reference clock the largest |estimated - true| (us) over its
+    span (as tests/timeline/test_align.py: the reference vantage's true clock is the simulation's)."""
+    import numpy as np
+
+    from xlayer.timeline.align import ClockMap, to_reference_ns
+
+    tclocks = truth.get("clocks", {})
+    out = {}
+    for c in alignment.get("captures", []):
+        f = c["file"]
+        if not f.endswith(".pcap") or c.get("method") == "reference" or f not in tclocks:
+            continue
+        t = tclocks[f]
+        if c.get("offset_s") is None:
+            out[f] = float("inf")
+            continue
+        true = ClockMap(int(t["anchor_ns"]), float(t["offset_ns"]), float(t["skew_ppm"]) * 1e-6)
+        span = np.asarray(_span(bundle / f), dtype=np.int64)
+        if not len(span):
+            continue
+        est = np.asarray(to_reference_ns(span, c["offset_s"], c.get("skew_ppm") or 0.0, c.get("anchor_ts") or 0.0))
+        out[f] = float(np.abs(est - np.asarray(true.to_reference_ns(span))).max()) / 1e3
+    return out
+
+
+def score(seed: int, bundle: Path, an_json: dict) -> dict[str, Any]:
+    """Return what one run contributes to the report."""
+    truth = json.loads((bundle / "truth.json").read_text())
+    an = analysis_from_json(an_json)
+    res = check(an, truth)
+    incs = an.incidents
+    prim = [c for c in truth.get("causes", []) if c.get("role", "primary") == "primary"]
+    secondary = {c["cause"] for c in truth.get("causes", []) if c.get("role") == "secondary"}
+    pairs, ious, root_errors = [], [], []
+    for c in prim:
+        s, e = c["start_ts"], c["end_ts"]
+        best, cover = None, 0.0
+        iou_best = 0.0
+        for inc in incs:
+            a, b = inc.start_ns / 1e9, inc.end_ns / 1e9
+            ov = _overlap(a, b, s, e)
+            cv = ov / max(e - s, 1e-9)
+            if inc.findings and cv >= MIN_COVER and cv > cover:
+                best, cover = inc, cv
+            iou_best = max(iou_best, ov / max(max(b, e) - min(a, s), 1e-9))
+        ious.append(iou_best)
+        first = best.cause if best is not None else NONE
+        pairs.append((c["cause"], first))
+        if best is not None and first != c["cause"] and first in secondary and first not in {p["cause"] for p in prim}:
+            root_errors.append(f"seed {seed}: {first} ranked above its root {c['cause']}")
+    if not prim:
+        pairs = [(NONE, i.cause or NONE) for i in incs] or [(NONE, NONE)]
+    return {"seed": seed, "causes": sorted({c["cause"] for c in prim}), "pairs": pairs, "ious": ious,
+            "right": res["right"], "total": res["total"], "spurious": res["spurious_incidents"],
+            "root_errors": root_errors, "align": alignment_errors(bundle, an_json.get("alignment", {}), truth),
+            "expect": truth.get("expect", {}).get("holds"),
+            "incidents": [(round(i.start_ns / 1e9 - 1.7e9, 2), round(i.end_ns / 1e9 - 1.7e9, 2), i.cause)
+                          for i in incs]}
+
+
+def run_one(seed: int, work: Path) -> dict[str, Any]:
+    t0 = time.monotonic()
+    bundle, err = simulate(seed, work)
+    if err:
+        return {"seed": seed, "error": err}
+    an, err = analyze(bundle)
+    if err:
+        return {"seed": seed, "error": err}
+    r = score(seed, bundle, an)
+    r["wall_s"] = round(time.monotonic() - t0, 1)
+    r["summary"] = json.loads((bundle / "truth.json").read_text()).get("summary_text", "")
+    return r
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def report(rows: list[dict[str, Any]]) -> None:
+    ok = [r for r in rows if "error" not in r]
+    for r in rows:
+        if "error" in r:
+            print(f"seed {r['seed']}: ERROR {r['error']}")
+        else:
+            print(f"{r['summary']}; expect {'holds' if r['expect'] else 'FAILED'}; "
+                  f"found {r['right']}/{r['total']}; incidents {r['incidents']} ({r['wall_s']} s)")
+    if not ok:
+        return
+    conf: dict[str, Counter] = defaultdict(Counter)
+    for r in ok:
+        for t, p in r["pairs"]:
+            conf[t][p] += 1
+    labels = sorted({t for t in conf} | {p for c in conf.values() for p in c}, key=lambda x: (x == NONE, x))
+    w = max(len(x) for x in labels) + 1
+    print("\nconfusion matrix (rows: truth primary cause, columns: cause ranked first)")
+    print(" " * w + "".join(f"{x[:10]:>11}" for x in labels))
+    for t in labels:
+        if t in conf:
+            print(f"{t:<{w}}" + "".join(f"{conf[t][p]:>11}" for p in labels))
+    print("\nper cause: precision, recall (n truth)")
+    for c in labels:
+        if c == NONE:
+            continue
+        tp = conf[c][c] if c in conf else 0
+        col = sum(conf[t][c] for t in conf)
+        row = sum(conf[c].values()) if c in conf else 0
+        prec = f"{tp / col:.2f}" if col else "  - "
+        rec = f"{tp / row:.2f}" if row else "  - "
+        print(f"  {c:<{w}} precision {prec}  recall {rec}  ({row})")
+    right, total = sum(r["right"] for r in ok), sum(r["total"] for r in ok)
+    clean = [r for r in ok if not r["causes"]]
+    print(f"\ninjected events whose primary cause ranked first: {right}/{total}"
+          + (f" ({right / total:.0%})" if total else ""))
+    print(f"runs without an injected cause: {len(clean)}, with an incident: "
+          f"{sum(r['spurious'] > 0 for r in clean)}, incidents on them: {sum(r['spurious'] for r in clean)}")
+    ious = [x for r in ok for x in r["ious"]]
+    print(f"median window IoU (truth primary cause vs best incident): "
+          f"{statistics.median(ious):.2f} over {len(ious)}" if ious else "median window IoU: no truth cause")
+    errs = [e for r in ok for e in r["root_errors"]]
+    print(f"root-vs-consequence errors: {len(errs)}" + "".join(f"\n  {e}" for e in errs))
+    al = [v for r in ok for v in r["align"].values()]
+    by_file: dict[str, list[float]] = defaultdict(list)
+    for r in ok:
+        for f, v in r["align"].items():
+            by_file[f].append(v)
+    if al:
+        print(f"alignment error (max over each capture's span, us; {len(al)} captures): "
+              f"p50 {pct(al, 0.5):.1f}, p90 {pct(al, 0.9):.1f}, p99 {pct(al, 0.99):.1f}, max {max(al):.1f}")
+        for f, v in sorted(by_file.items()):
+            print(f"  {f:<14} p50 {pct(v, 0.5):.1f}  max {max(v):.1f}")
+    print(f"scenarios whose intended effect showed (truth expect): {sum(bool(r['expect']) for r in ok)}/{len(ok)}")
+
+
+def main() -> int:
+    """Run the benchmark; return 0 (2 when a seed could not be simulated or analysed)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", required=True, metavar="A:B", help="seeds A..B-1 (tuning: < 1000)")
+    ap.add_argument("--jobs", type=int, default=2, help="simulations at once (default 2)")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/xlayer-accuracy"),
+                    help="cache of simulated bundles (default /tmp/xlayer-accuracy)")
+    a = ap.parse_args()
+    lo, hi = (int(x) for x in a.seeds.split(":"))
+    if lo < 1 or hi <= lo:
+        ap.error("--seeds A:B with 1 <= A < B")
+    a.work.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(max(1, a.jobs)) as ex:
+        rows = list(ex.map(lambda s: run_one(s, a.work), range(lo, hi)))
+    report(rows)
+    return 2 if any("error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,414 @@
+"""The `random` scenario: a setup and 0-2 injected causes drawn from the seed (issue 11).
+
+`draw(seed)` picks, with a `random.Random` of its own (nothing else in the run moves it), what the
+ns-3 world of `world.py` can already build: 1-6 stations at 2-120 m, 802.11g or n, Minstrel or a
+constant rate, an AP queue of 50-1000 packets, and 0-2 causes the fixed scenarios know how to write
+truth for.  `build(seconds, seed)` turns the draw into a `Scenario` whose ``causes`` hook writes truth
+with the same `_cause` helper as the fixed scenarios, so `xlayer.attribution.truthcheck` scores it.
+
+At most one cause is an *event* (it starts during the run): ``performance_anomaly`` (a far station's
+TCP download starts), ``udp_overflow`` (an unresponsive UDP stream to a far station starts),
+``delay_spike`` (a station is deaf for 0.6-1.2 s behind a reliable MAC) or ``walkaway`` (a station
+walks away until it loses the association); at most one is a *MAC setting* for the whole run:
+``fragmentation`` (threshold 256-1000 B) or ``rts_cts`` (threshold 0-1000 B).  No cause: a steady run.
+
+Constraints that keep the truth honest (what the draw will not produce):
+
+- The stations that carry no cause stand where the rate in use works without help (g: 2-20 m, n:
+  2-12 m) and start together, so a run without a cause has nothing an analyzer should name.
+- The far stations (105-120 m), fragmentation, the delay spike and the walk are 802.11g only (ns-3
+  3.44 aborts on fragmentation with aggregation, and a missed Block Ack freezes the AP queue); the far
+  stations and the walk need Minstrel (a constant rate has no performance anomaly and no range), the
+  delay spike a constant rate (as the fixed scenario: Minstrel would add rate changes).
+- The TCP receive windows of all flows together fit in the AP queue (a smaller receive buffer when the
+  queue is small), so no queue drop happens without the UDP cause.
+- The wired delay is not drawn: world.py's wired link is CSMA at 1 Gbit/s with a fixed 500 ns delay.
+"""
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from xlayer.testbeds.sim.scenarios import (
+    Flow,
+    Scenario,
+    Station,
+    _cause,
+    _steady_expect,
+    _summary,
+    scenario,
+)
+
+EVENT_CAUSES = ("performance_anomaly", "udp_overflow", "delay_spike", "walkaway")
+MAC_CAUSES = ("fragmentation", "rts_cts")
+CAUSE_KINDS = EVENT_CAUSES + MAC_CAUSES
+
+MAX_STATIONS = 6
+GOOD_MAX_M = {"g": 20.0, "n": 12.0}
+FAR_M = (105.0, 120.0)
+QUEUE = (50, 1000)
+RATES_G = ("ErpOfdmRate12Mbps", "ErpOfdmRate18Mbps", "ErpOfdmRate24Mbps", "ErpOfdmRate36Mbps",
+           "ErpOfdmRate54Mbps")
+RATES_N = ("HtMcs3", "HtMcs4", "HtMcs5", "HtMcs6", "HtMcs7")
+SEGMENT = 1448
+DEFAULT_RCV_BUF = 131072
+# Traffic starts later than the fixed scenarios' 0.5 s: with several stations some associate only
+# after a few beacons, and a SYN to a station not yet associated is dropped by the AP and resent
+# after ns-3's 3 s connection timeout (the flow would not start within the run).
+TRAFFIC_START_S = 1.0
+WALK_PATH_LOSS = 4.0     # as the fixed walkaway: the rate falls within seconds at 8-12 m/s
+WALK_LOST_M = 65.0       # past about 62 m the station stops hearing beacons (exponent 4)
+
+
+def _r(x: float, nd: int = 2) -> float:
+    return round(x, nd)
+
+
+def draw(seed: int) -> dict[str, Any]:
+    """Return the parameters of seed `seed`'s random scenario (plain JSON-able values, no ns-3)."""
+    rng = random.Random(f"xlayer-random-scenario-{int(seed)}")
+    n_causes = rng.choice((0, 1, 1, 2))
+    event = mac = None
+    if n_causes == 2:
+        event, mac = rng.choice(EVENT_CAUSES), rng.choice(MAC_CAUSES)
+    elif n_causes == 1:
+        kind = rng.choice(CAUSE_KINDS)
+        event, mac = (kind, None) if kind in EVENT_CAUSES else (None, kind)
+    causes = [c for c in (event, mac) if c]
+
+    g_only = event is not None or mac == "fragmentation"
+    standard = "g" if g_only else rng.choice(("g", "n"))
+    if event in ("performance_anomaly", "udp_overflow", "walkaway"):
+        rate_manager = "minstrel"
+    elif event == "delay_spike":
+        rate_manager = "constant"
+    else:
+        rate_manager = rng.choice(("minstrel", "constant"))
+    if rate_manager == "minstrel" and standard == "n":
+        rate_manager = "minstrel_ht"
+    data_mode = rng.choice(RATES_G if standard == "g" else RATES_N) if rate_manager == "constant" else None
+
+    far = event in ("performance_anomaly", "udp_overflow")
+    own = far or event == "walkaway"       # the cause brings its own station
+    n_sta = rng.randint(2 if far else 1, MAX_STATIONS)
+    n_good = n_sta - 1 if own else n_sta
+    good_max = 10.0 if event == "walkaway" else GOOD_MAX_M[standard]
+    good = []
+    for _ in range(n_good):
+        d, a = rng.uniform(2.0, good_max), rng.uniform(0.0, 2 * math.pi)
+        good.append({"distance_m": _r(d), "angle_deg": _r(math.degrees(a), 1)})
+
+    p: dict[str, Any] = {
+        "seed": int(seed), "causes": causes, "standard": standard, "rate_manager": rate_manager,
+        "data_mode": data_mode, "good_stations": good,
+        "event_at_s": _r(rng.uniform(2.0, 3.0)), "after_s": _r(rng.uniform(2.0, 2.5)),
+        "steady_s": _r(rng.uniform(3.5, 4.5)),
+    }
+    if far:
+        p["far_m"] = _r(rng.uniform(*FAR_M))
+    if event == "udp_overflow":
+        p["udp_bps"] = rng.randrange(12_000_000, 18_000_001, 500_000)
+        p["queue_packets"] = rng.randint(QUEUE[0], 300)
+    else:
+        p["queue_packets"] = rng.randint(*QUEUE)
+    if event == "delay_spike":
+        p["deaf_station"] = rng.randrange(n_good)
+        p["deaf_for_s"] = _r(rng.uniform(0.6, 1.2))
+    if event == "walkaway":
+        p["walk_from_m"] = _r(rng.uniform(8.0, 14.0))
+        p["walk_speed_mps"] = _r(rng.uniform(8.0, 12.0))
+        p["walk_at_s"] = 2.0
+    if mac == "fragmentation":
+        p["frag_threshold"] = rng.randrange(256, 1001, 2)
+    if mac == "rts_cts":
+        p["rts_threshold"] = rng.randint(0, 1000)
+    return p
+
+
+def default_seconds(p: dict[str, Any]) -> float:
+    """Return the simulated length the draw `p` needs to show its causes (and a steady stretch after)."""
+    ev = next((c for c in p["causes"] if c in EVENT_CAUSES), None)
+    if ev == "walkaway":
+        return _r(p["walk_at_s"] + (WALK_LOST_M - p["walk_from_m"]) / p["walk_speed_mps"] + 1.5)
+    if ev == "delay_spike":
+        return _r(p["event_at_s"] + p["deaf_for_s"] + p["after_s"])
+    if ev is not None:
+        return _r(p["event_at_s"] + p["after_s"])
+    return p["steady_s"]
+
+
+def describe(p: dict[str, Any]) -> str:
+    """Return one line saying what the draw `p` is."""
+    rate = p["data_mode"] or p["rate_manager"]
+    n = len(p["good_stations"]) + (1 if "far_m" in p or "walk_from_m" in p else 0)
+    causes = ", ".join(p["causes"]) or "no cause (steady)"
+    return (f"seed {p['seed']}: 802.11{p['standard']} {rate}, {n} station(s), AP queue {p['queue_packets']} "
+            f"packets; {causes}")
+
+
+@scenario("random", "a setup and 0-2 injected causes drawn from the seed: 1-6 stations at 2-120 m, "
+          "802.11g or n, Minstrel or a constant rate, AP queue 50-1000 packets; causes among "
+          "performance_anomaly, udp_overflow, delay_spike, walkaway, fragmentation, rts_cts (issue 11)",
+          0.0, seeded=True)
+def build(seconds: float | None, seed: int) -> Scenario:
+    """Return seed `seed`'s random scenario for `seconds` of simulated time (None: what it needs)."""
+    p = draw(seed)
+    secs = float(seconds) if seconds is not None else default_seconds(p)
+    causes = p["causes"]
+    ev = next((c for c in causes if c in EVENT_CAUSES), None)
+    at = min(p["event_at_s"], max(secs / 2, TRAFFIC_START_S + 0.5))   # a short run: the event sooner
+
+    stations = []
+    flows = []
+    for i, gs in enumerate(p["good_stations"]):
+        a = math.radians(gs["angle_deg"])
+        st = Station(f"sta{i}", _r(gs["distance_m"] * math.cos(a), 3), _r(gs["distance_m"] * math.sin(a), 3))
+        stations.append(st)
+        flows.append(Flow(f"tcp{i}", "tcp", st.name, 5001 + i, TRAFFIC_START_S))
+    good_flows = [f.name for f in flows]
+
+    extra: dict[str, Any] = {}
+    if ev == "performance_anomaly":
+        stations.append(Station("sta_slow", 0.0, p["far_m"]))
+        flows.append(Flow("tcp_slow", "tcp", "sta_slow", 5101, at))
+    elif ev == "udp_overflow":
+        stations.append(Station("sta_far", 0.0, p["far_m"]))
+        flows.append(Flow("udp_far", "udp", "sta_far", 6001, at, rate_bps=p["udp_bps"], size=1400))
+        extra["fading_m"] = 3.0
+    elif ev == "delay_spike":
+        st = stations[p["deaf_station"]]
+        st.deaf = [(at, _r(at + p["deaf_for_s"], 6))]
+        # a reliable MAC, as the fixed delay_spike scenario
+        extra.update(frame_retry_limit=65535, max_missed_beacons=1000)
+    elif ev == "walkaway":
+        walk_at = min(p["walk_at_s"], max(secs / 4, TRAFFIC_START_S + 0.5))
+        st = Station("sta_walk", p["walk_from_m"], 0.0, walk_at_s=walk_at, speed_mps=p["walk_speed_mps"])
+        stations.insert(0, st)
+        flows.insert(0, Flow("tcp_walk", "tcp", "sta_walk", 5100, TRAFFIC_START_S))
+        extra.update(path_loss_exponent=WALK_PATH_LOSS, fading_m=3.0)
+    if "frag_threshold" in p:
+        extra["frag_threshold"] = p["frag_threshold"]
+    if "rts_threshold" in p:
+        extra["rts_threshold"] = p["rts_threshold"]
+
+    n_tcp = sum(f.proto == "tcp" for f in flows)
+    # every TCP window together fits in the AP queue (with a fifth spare): no drop without UDP
+    per_flow = int(0.8 * p["queue_packets"] / n_tcp)
+    rcv_buf = DEFAULT_RCV_BUF if per_flow * SEGMENT >= DEFAULT_RCV_BUF else max(4, per_flow) * SEGMENT
+
+    control = None
+    if p["data_mode"]:
+        control = p["data_mode"] if p["standard"] == "g" else "OfdmRate24Mbps"
+
+    hooks = _Hooks(p, ev, at, good_flows)
+    return Scenario(
+        name="random", summary=describe(p), seconds=secs, stations=stations, flows=flows,
+        standard=p["standard"], rate_manager=p["rate_manager"], data_mode=p["data_mode"],
+        control_mode=control, queue_packets=p["queue_packets"], tcp_rcv_buf=rcv_buf,
+        expect=hooks.expect, causes=hooks.causes, **extra)
+
+
+def _lost(truth: dict) -> list[dict]:
+    """Return the walking station's association_lost events."""
+    return [e for e in truth["events"] if e["kind"] == "association_lost" and e.get("station", "sta_walk") == "sta_walk"]
+
+
+class _Hooks:
+    """The truth hooks of one draw: `causes(ctx)` (the same `_cause` as the fixed scenarios) and
+    `expect(truth)` (every injected cause showed; a steady run: no queue drop and no RTO)."""
+
+    def __init__(self, p: dict[str, Any], ev: str | None, at: float, good_flows: list[str]) -> None:
+        self.p, self.ev, self.at, self.good_flows = p, ev, at, good_flows
+
+    # --- causes ---
+
+    def causes(self, ctx) -> list[dict]:
+        out: list[dict] = []
+        if self.ev:
+            out += getattr(self, f"_c_{self.ev}")(ctx)
+        if "frag_threshold" in self.p:
+            out.append(_cause(ctx, "fragmentation", TRAFFIC_START_S, None,
+                              evidence=f"every data MSDU is sent as fragments of at most "
+                                       f"{self.p['frag_threshold']} bytes, each with its own header, ACK "
+                                       "and backoff",
+                              numbers={"fragmentation_threshold": self.p["frag_threshold"]}))
+        if "rts_threshold" in self.p:
+            out.append(_cause(ctx, "rts_overhead", TRAFFIC_START_S, None,
+                              evidence="an RTS/CTS exchange precedes every data frame longer than "
+                                       f"{self.p['rts_threshold']} bytes",
+                              numbers={"rts_cts_threshold": self.p["rts_threshold"]}))
+        if not self.ev and ("frag_threshold" in self.p or "rts_threshold" in self.p):
+            # the longer exchanges delay packets in the shared AP queue: name any timeouts
+            out += self._spurious_after(ctx, TRAFFIC_START_S, "packets wait in the AP queue behind the "
+                                                              "longer exchanges past the RTO")
+        return out
+
+    def _before(self) -> tuple[float, float]:
+        return (TRAFFIC_START_S + 0.25, self.at)
+
+    def _good_goodput(self, ctx, a: float, b: float) -> float:
+        return round(sum(ctx.goodput_between(f, a, b) for f in self.good_flows), 4)
+
+    def _c_performance_anomaly(self, ctx) -> list[dict]:
+        at, before = self.at, self._before()
+        share = ctx.airtime_between(at, ctx.seconds)
+        retry = ctx.retry_fraction_between("sta_slow", at, ctx.seconds)
+        nums = {"airtime_share": share,
+                "downlink_mean_rate_mbps": {"sta0": ctx.rate_between("sta0", at, ctx.seconds),
+                                            "sta_slow": ctx.rate_between("sta_slow", at, ctx.seconds)},
+                "good_goodput_mbps_before": self._good_goodput(ctx, *before),
+                "good_goodput_mbps_during": self._good_goodput(ctx, at, ctx.seconds),
+                "slow_goodput_mbps": ctx.goodput_between("tcp_slow", at, ctx.seconds),
+                "slow_retry_fraction": retry}
+        out = [_cause(ctx, "performance_anomaly", at, None,
+                      evidence="once the far station transmits, its frames at a low PHY rate take most of "
+                               "the airtime, so the good stations' goodput falls", numbers=nums)]
+        if retry > 0.1:
+            out.append(_cause(ctx, "mac_retries", at, None, role="secondary", flows=["tcp_slow"],
+                              stations=["sta_slow"], evidence="the slow station's frames need retransmissions",
+                              numbers={"retry_fraction": retry}))
+        out += self._spurious_after(ctx, at, "packets queued behind the slow station's frames wait longer "
+                                             "than the RTO: timeouts of packets that were delivered")
+        return out
+
+    def _spurious_after(self, ctx, at: float, evidence: str, role: str = "secondary") -> list[dict]:
+        rtos = [t for t in ctx.rto_times() if t >= at]
+        if not rtos:
+            return []
+        spur = [t for t in ctx.spurious_times() if t >= at]
+        return [_cause(ctx, "spurious_rto", min(rtos), max(rtos + spur), role=role, evidence=evidence,
+                       numbers={"rto_expirations": len(rtos), "spurious_retransmissions": len(spur)})]
+
+    def _c_udp_overflow(self, ctx) -> list[dict]:
+        at, before = self.at, self._before()
+        drops = ctx.packets_with_fate("dropped_at_ap_queue")
+        if not drops:
+            return []
+        return [
+            _cause(ctx, "ap_queue_overflow", min(drops), max(drops),
+                   evidence="downlink packets seen on the AP's wired side never reach the air: the "
+                            "unresponsive UDP stream keeps the AP queue full",
+                   numbers={"dropped": len(drops), "queue_packets": ctx.scenario.queue_packets,
+                            "udp_offered_mbps": self.p["udp_bps"] / 1e6,
+                            "udp_goodput_mbps": ctx.goodput_between("udp_far", at, ctx.seconds),
+                            "tcp_goodput_mbps_before": self._good_goodput(ctx, *before),
+                            "tcp_goodput_mbps_during": self._good_goodput(ctx, at, ctx.seconds)}),
+            _cause(ctx, "performance_anomaly", at, None, role="secondary",
+                   evidence="the far station's low PHY rate takes most of the airtime",
+                   numbers={"airtime_share": ctx.airtime_between(at, ctx.seconds)}),
+        ]
+
+    def _c_delay_spike(self, ctx) -> list[dict]:
+        at, end = self.at, self.at + self.p["deaf_for_s"]
+        deaf = f"sta{self.p['deaf_station']}"
+        out = [_cause(ctx, "mac_retries", at, end,
+                      evidence=f"the AP retransmits the head-of-line frame to {deaf} for the whole burst "
+                               "(the station decodes nothing; the other stations' frames wait behind it)",
+                      numbers={"retries_in_window": ctx.retries_between(at, end), "deaf_station": deaf})]
+        rtos, spur = ctx.rto_times(), ctx.spurious_times()
+        if rtos:
+            out.append(_cause(ctx, "spurious_rto", min(rtos), max(rtos + spur),
+                              evidence="the server's RTO fires while the originals wait in the AP's MAC; "
+                                       "they are delivered, so the retransmissions are spurious",
+                              numbers={"rto_expirations": len(rtos), "spurious_retransmissions": len(spur)}))
+        return out
+
+    def _c_walkaway(self, ctx) -> list[dict]:
+        walk_at = ctx.scenario.station("sta_walk").walk_at_s
+        lost = _lost(ctx.truth)
+        t_lost = ctx.sim_s(lost[0]["ts"]) if lost else None
+        ref = (TRAFFIC_START_S + 0.25, walk_at)
+        drop = ctx.rate_fall("sta_walk", walk_at, ref)
+        out = []
+        who = {"flows": ["tcp_walk"], "stations": ["sta_walk"]}
+        if drop is not None and (t_lost is None or drop < t_lost):
+            end = t_lost if t_lost is not None else ctx.seconds
+            nums = {"rate_mbps_before": ctx.rate_between("sta_walk", *ref),
+                    "rate_mbps_during": ctx.rate_between("sta_walk", drop, end),
+                    "goodput_mbps_before": ctx.goodput_between("tcp_walk", *ref),
+                    "goodput_mbps_during": ctx.goodput_between("tcp_walk", drop, end)}
+            out.append(_cause(ctx, "rate_change", drop, t_lost, **who,
+                              evidence="Minstrel lowers the PHY rate as the path loss grows", numbers=nums))
+            out.append(_cause(ctx, "mac_retries", drop, t_lost, role="secondary", **who,
+                              evidence="frames to the walking station need more attempts",
+                              numbers={"retry_fraction_before": ctx.retry_fraction_between("sta_walk", *ref),
+                                       "retry_fraction_during":
+                                           ctx.retry_fraction_between("sta_walk", drop, end)}))
+            if self.good_flows:
+                out.append(_cause(ctx, "performance_anomaly", drop, t_lost, role="secondary",
+                                  evidence="the walking station's frames at falling rates take the other "
+                                           "stations' airtime",
+                                  numbers={"airtime_share": ctx.airtime_between(drop, end)}))
+        if t_lost is not None:
+            out.append(_cause(ctx, "handoff", t_lost, None, **who,
+                              evidence="the station stops hearing beacons and drops the association"))
+        out += self._spurious_after(ctx, walk_at, "frames to the walking station at falling rates and their "
+                                                  "retries hold the shared AP queue past the RTO")
+        return out
+
+    # --- expect ---
+
+    def expect(self, truth: dict) -> tuple[bool, str]:
+        checks: list[tuple[bool, str]] = []
+        silent = [f["name"] for f in truth["flows"] if not f.get("goodput_mbps")]
+        checks.append((not silent, f"flows that delivered nothing: {silent or 'none'}"))
+        if not self.p["causes"]:
+            checks.append(_steady_expect(truth))
+        if self.ev:
+            checks.append(getattr(self, f"_e_{self.ev}")(truth))
+        if "frag_threshold" in self.p:
+            n = truth["mac"]["fragments_sent"]
+            checks.append((n > 0, f"{n} fragments with More Fragments set sent by the AP (want > 0)"))
+        if "rts_threshold" in self.p:
+            n = truth["mac"]["rts_sent"]
+            checks.append((n > 0, f"{n} RTS frames sent (want > 0)"))
+        return all(ok for ok, _ in checks), "; ".join(d for _, d in checks)
+
+    @staticmethod
+    def _primary(truth: dict, cause: str) -> dict | None:
+        return next((c for c in truth["causes"] if c["cause"] == cause and c["role"] == "primary"), None)
+
+    def _e_performance_anomaly(self, truth: dict) -> tuple[bool, str]:
+        c = self._primary(truth, "performance_anomaly")
+        if c is None:
+            return False, "no performance_anomaly cause"
+        n = c["numbers"]
+        rate, share = n["downlink_mean_rate_mbps"], n["airtime_share"]
+        g0, g1 = n["good_goodput_mbps_before"], n["good_goodput_mbps_during"]
+        slow_share = share.get("sta_slow", 0.0)
+        # A station as fast as the others would take 1/(k+1) of k good stations' goodput; the slow
+        # one must take clearly more (one good station: below half, as the fixed scenario).
+        k = len(self.good_flows)
+        frac = 0.5 if k == 1 else round(0.8 * k / (k + 1), 3)
+        ok = (rate["sta_slow"] is not None and rate["sta0"] is not None and rate["sta_slow"] < rate["sta0"] / 2
+              and slow_share > 1.0 / (k + 1) and g1 < g0 * frac)
+        return ok, (f"mean downlink PHY rate sta0 {rate['sta0']} vs slow {rate['sta_slow']} Mbit/s; slow "
+                    f"airtime share {slow_share:.2f}; good stations' goodput {g0:.1f} -> {g1:.1f} Mbit/s "
+                    f"(want < {frac:g} of before)")
+
+    def _e_udp_overflow(self, truth: dict) -> tuple[bool, str]:
+        s = _summary(truth)
+        c = self._primary(truth, "ap_queue_overflow")
+        g0 = c["numbers"]["tcp_goodput_mbps_before"] if c else 0.0
+        g1 = c["numbers"]["tcp_goodput_mbps_during"] if c else 0.0
+        ok = s["ap_queue_drops"] > 0 and g1 < g0 / 2
+        return ok, (f"{s['ap_queue_drops']} AP queue drops (want > 0); TCP goodput {g0:.1f} -> {g1:.1f} "
+                    "Mbit/s once the UDP stream starts (want < half)")
+
+    def _e_delay_spike(self, truth: dict) -> tuple[bool, str]:
+        s = _summary(truth)
+        ok = s["rto_expirations"] > 0 and s["spurious_retransmissions"] > 0 and s["ap_queue_drops"] == 0 \
+            and s["retry_limit_drops"] == 0
+        return ok, (f"{s['rto_expirations']} RTOs, {s['spurious_retransmissions']} spurious "
+                    f"retransmissions (want > 0), {s['ap_queue_drops']} queue drops and "
+                    f"{s['retry_limit_drops']} retry-limit drops (want 0)")
+
+    def _e_walkaway(self, truth: dict) -> tuple[bool, str]:
+        lost = _lost(truth)
+        st = truth["mac"]["stations"]["sta_walk"]
+        tl = [b for b in st["rate_timeline"] if b["attempts"] > 0]
+        fell = len(tl) >= 2 and tl[-1]["median_rate_mbps"] < tl[0]["median_rate_mbps"]
+        return bool(lost) and fell, (f"association lost: {bool(lost)}; walking station's downlink PHY rate "
+                                     f"{tl[0]['median_rate_mbps'] if tl else None} -> "
+                                     f"{tl[-1]['median_rate_mbps'] if tl else None} Mbit/s")
