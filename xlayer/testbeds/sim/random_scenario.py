@@ -38,6 +38,7 @@ from xlayer.testbeds.sim.scenarios import (
     _steady_expect,
     _summary,
     scenario,
+    walk_causes,
 )
 
 EVENT_CAUSES = ("performance_anomaly", "udp_overflow", "delay_spike", "walkaway")
@@ -316,33 +317,14 @@ class _Hooks:
 
     def _c_walkaway(self, ctx) -> list[dict]:
         walk_at = ctx.scenario.station("sta_walk").walk_at_s
-        lost = _lost(ctx.truth)
-        t_lost = ctx.sim_s(lost[0]["ts"]) if lost else None
-        ref = (TRAFFIC_START_S + 0.25, walk_at)
-        drop = ctx.rate_fall("sta_walk", walk_at, ref)
-        out = []
-        who = {"flows": ["tcp_walk"], "stations": ["sta_walk"]}
-        if drop is not None and (t_lost is None or drop < t_lost):
-            end = t_lost if t_lost is not None else ctx.seconds
-            nums = {"rate_mbps_before": ctx.rate_between("sta_walk", *ref),
-                    "rate_mbps_during": ctx.rate_between("sta_walk", drop, end),
-                    "goodput_mbps_before": ctx.goodput_between("tcp_walk", *ref),
-                    "goodput_mbps_during": ctx.goodput_between("tcp_walk", drop, end)}
-            out.append(_cause(ctx, "rate_change", drop, t_lost, **who,
-                              evidence="Minstrel lowers the PHY rate as the path loss grows", numbers=nums))
-            out.append(_cause(ctx, "mac_retries", drop, t_lost, role="secondary", **who,
-                              evidence="frames to the walking station need more attempts",
-                              numbers={"retry_fraction_before": ctx.retry_fraction_between("sta_walk", *ref),
-                                       "retry_fraction_during":
-                                           ctx.retry_fraction_between("sta_walk", drop, end)}))
-            if self.good_flows:
-                out.append(_cause(ctx, "performance_anomaly", drop, t_lost, role="secondary",
-                                  evidence="the walking station's frames at falling rates take the other "
-                                           "stations' airtime",
-                                  numbers={"airtime_share": ctx.airtime_between(drop, end)}))
-        if t_lost is not None:
-            out.append(_cause(ctx, "handoff", t_lost, None, **who,
-                              evidence="the station stops hearing beacons and drops the association"))
+        out, fall = walk_causes(ctx, "sta_walk", "tcp_walk", walk_at)
+        if fall is not None and self.good_flows:
+            drop, end, t_lost = fall
+            # before the handoff entry, where the fixed scenario's order puts the secondary causes
+            out.insert(2, _cause(ctx, "performance_anomaly", drop, t_lost, role="secondary",
+                                 evidence="the walking station's frames at falling rates take the other "
+                                          "stations' airtime",
+                                 numbers={"airtime_share": ctx.airtime_between(drop, end)}))
         out += self._spurious_after(ctx, walk_at, "frames to the walking station at falling rates and their "
                                                   "retries hold the shared AP queue past the RTO")
         return out

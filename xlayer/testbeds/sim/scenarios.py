@@ -431,6 +431,37 @@ def delay_spike(seconds: float) -> Scenario:
 WALK_AT_S, WALK_FROM_M, WALK_SPEED = 1.5, 12.0, 10.0
 
 
+def walk_causes(ctx, station: str, flow: str, walk_at: float) -> tuple[list[dict], tuple | None]:
+    """Return the truth causes of a station walking away from its AP (a rate change and retries while its
+    rate falls, then the handoff when the association is lost) and the fall's (start, end, loss) in
+    simulated seconds (None if the rate did not fall before the loss)."""
+    lost = [e for e in ctx.truth["events"] if e["kind"] == "association_lost"]
+    t_lost = ctx.sim_s(lost[0]["ts"]) if lost else None
+    ref = (TRAFFIC_START_S + 0.25, walk_at)
+    who = {"flows": [flow], "stations": [station]}
+    # the first half second after the walk starts whose median PHY rate is below 80 % of the
+    # rate while standing still
+    drop = ctx.rate_fall(station, walk_at, ref)
+    out, fall = [], None
+    if drop is not None and (t_lost is None or drop < t_lost):
+        end = t_lost if t_lost is not None else ctx.seconds
+        fall = (drop, end, t_lost)
+        nums = {"rate_mbps_before": ctx.rate_between(station, *ref),
+                "rate_mbps_during": ctx.rate_between(station, drop, end),
+                "goodput_mbps_before": ctx.goodput_between(flow, *ref),
+                "goodput_mbps_during": ctx.goodput_between(flow, drop, end)}
+        out.append(_cause(ctx, "rate_change", drop, t_lost, **who,
+                          evidence="Minstrel lowers the PHY rate as the path loss grows", numbers=nums))
+        out.append(_cause(ctx, "mac_retries", drop, t_lost, role="secondary", **who,
+                          evidence="frames to the walking station need more attempts",
+                          numbers={"retry_fraction_before": ctx.retry_fraction_between(station, *ref),
+                                   "retry_fraction_during": ctx.retry_fraction_between(station, drop, end)}))
+    if t_lost is not None:
+        out.append(_cause(ctx, "handoff", t_lost, None, **who,
+                          evidence="the station stops hearing beacons and drops the association"))
+    return out, fall
+
+
 @scenario("walkaway", "802.11g Minstrel, indoor path loss (exponent 4): one station downloads at "
           "12 m for a second, then moves away from the AP at 10 m/s until the rate falls and the "
           "association is lost (study 004)", 7.5)
@@ -449,29 +480,7 @@ def walkaway(seconds: float) -> Scenario:
                                      f"{tl[-1]['median_rate_mbps'] if tl else None} Mbit/s")
 
     def causes(ctx) -> list[dict]:
-        lost = [e for e in ctx.truth["events"] if e["kind"] == "association_lost"]
-        t_lost = ctx.sim_s(lost[0]["ts"]) if lost else None
-        ref = (TRAFFIC_START_S + 0.25, walk_at)
-        # the first half second after the walk starts whose median PHY rate is below 80 % of the
-        # rate while standing still
-        drop = ctx.rate_fall("sta0", walk_at, ref)
-        out = []
-        if drop is not None and (t_lost is None or drop < t_lost):
-            end = t_lost if t_lost is not None else ctx.seconds
-            nums = {"rate_mbps_before": ctx.rate_between("sta0", *ref),
-                    "rate_mbps_during": ctx.rate_between("sta0", drop, end),
-                    "goodput_mbps_before": ctx.goodput_between("tcp0", *ref),
-                    "goodput_mbps_during": ctx.goodput_between("tcp0", drop, end)}
-            out.append(_cause(ctx, "rate_change", drop, t_lost,
-                              evidence="Minstrel lowers the PHY rate as the path loss grows", numbers=nums))
-            out.append(_cause(ctx, "mac_retries", drop, t_lost, role="secondary",
-                              evidence="frames to the walking station need more attempts",
-                              numbers={"retry_fraction_before": ctx.retry_fraction_between("sta0", *ref),
-                                       "retry_fraction_during": ctx.retry_fraction_between("sta0", drop, end)}))
-        if t_lost is not None:
-            out.append(_cause(ctx, "handoff", t_lost, None,
-                              evidence="the station stops hearing beacons and drops the association"))
-        return out
+        return walk_causes(ctx, "sta0", "tcp0", walk_at)[0]
 
     return Scenario(
         name="walkaway", summary="", seconds=seconds, fading_m=3.0, path_loss_exponent=4.0,
