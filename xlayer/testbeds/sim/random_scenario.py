@@ -38,7 +38,9 @@ from xlayer.testbeds.sim.scenarios import (
     _steady_expect,
     _summary,
     scenario,
+    spurious_without_loss,
     walk_causes,
+    walked_away,
 )
 
 EVENT_CAUSES = ("performance_anomaly", "udp_overflow", "delay_spike", "walkaway")
@@ -210,11 +212,6 @@ def build(seconds: float | None, seed: int) -> Scenario:
         expect=hooks.expect, causes=hooks.causes, **extra)
 
 
-def _lost(truth: dict) -> list[dict]:
-    """Return the walking station's association_lost events."""
-    return [e for e in truth["events"] if e["kind"] == "association_lost" and e.get("station", "sta_walk") == "sta_walk"]
-
-
 class _Hooks:
     """The truth hooks of one draw: `causes(ctx)` (the same `_cause` as the fixed scenarios) and
     `expect(truth)` (every injected cause showed; a steady run: no queue drop and no RTO)."""
@@ -379,18 +376,7 @@ class _Hooks:
                     "Mbit/s once the UDP stream starts (want < half)")
 
     def _e_delay_spike(self, truth: dict) -> tuple[bool, str]:
-        s = _summary(truth)
-        ok = s["rto_expirations"] > 0 and s["spurious_retransmissions"] > 0 and s["ap_queue_drops"] == 0 \
-            and s["retry_limit_drops"] == 0
-        return ok, (f"{s['rto_expirations']} RTOs, {s['spurious_retransmissions']} spurious "
-                    f"retransmissions (want > 0), {s['ap_queue_drops']} queue drops and "
-                    f"{s['retry_limit_drops']} retry-limit drops (want 0)")
+        return spurious_without_loss(truth)
 
     def _e_walkaway(self, truth: dict) -> tuple[bool, str]:
-        lost = _lost(truth)
-        st = truth["mac"]["stations"]["sta_walk"]
-        tl = [b for b in st["rate_timeline"] if b["attempts"] > 0]
-        fell = len(tl) >= 2 and tl[-1]["median_rate_mbps"] < tl[0]["median_rate_mbps"]
-        return bool(lost) and fell, (f"association lost: {bool(lost)}; walking station's downlink PHY rate "
-                                     f"{tl[0]['median_rate_mbps'] if tl else None} -> "
-                                     f"{tl[-1]['median_rate_mbps'] if tl else None} Mbit/s")
+        return walked_away(truth, "sta_walk", "walking station's ")

@@ -384,6 +384,16 @@ def rts_cts(seconds: float) -> Scenario:
 DEAF_AT_S, DEAF_FOR_S = 2.0, 0.9
 
 
+def spurious_without_loss(truth: dict) -> tuple[bool, str]:
+    """Return whether a delay spike showed: timeouts and spurious retransmissions, nothing dropped."""
+    s = _summary(truth)
+    ok = s["rto_expirations"] > 0 and s["spurious_retransmissions"] > 0 and s["ap_queue_drops"] == 0 \
+        and s["retry_limit_drops"] == 0
+    return ok, (f"{s['rto_expirations']} RTOs, {s['spurious_retransmissions']} spurious "
+                f"retransmissions (want > 0), {s['ap_queue_drops']} queue drops and "
+                f"{s['retry_limit_drops']} retry-limit drops (want 0)")
+
+
 @scenario("delay_spike", "802.11g constant 24 Mbit/s, one station, TCP download; the station "
           "decodes nothing for 0.9 s and the AP's MAC retries the head frame until it gets through "
           "(a reliable MAC): no loss, but delay above the RTO: spurious timeouts (study 003)", 4.5)
@@ -391,14 +401,6 @@ def delay_spike(seconds: float) -> Scenario:
     # Steady traffic for about 1.3 s before the spike and 1.8 s after it (at the default length): an
     # analyzer needs the flow's own level on both sides to see the drop.
     at = min(DEAF_AT_S, max(1.0, seconds / 2 - DEAF_FOR_S / 2))
-
-    def expect(truth: dict) -> tuple[bool, str]:
-        s = _summary(truth)
-        ok = s["rto_expirations"] > 0 and s["spurious_retransmissions"] > 0 and s["ap_queue_drops"] == 0 \
-            and s["retry_limit_drops"] == 0
-        return ok, (f"{s['rto_expirations']} RTOs, {s['spurious_retransmissions']} spurious "
-                    f"retransmissions (want > 0), {s['ap_queue_drops']} queue drops and "
-                    f"{s['retry_limit_drops']} retry-limit drops (want 0)")
 
     def causes(ctx) -> list[dict]:
         out = [_cause(ctx, "mac_retries", at, at + DEAF_FOR_S,
@@ -425,17 +427,32 @@ def delay_spike(seconds: float) -> Scenario:
         frame_retry_limit=65535, max_missed_beacons=1000,
         stations=[Station("sta0", 5.0, 0.0, deaf=[(at, at + DEAF_FOR_S)])],
         flows=[Flow("tcp0", "tcp", "sta0", 5001, TRAFFIC_START_S)],
-        expect=expect, causes=causes)
+        expect=spurious_without_loss, causes=causes)
 
 
 WALK_AT_S, WALK_FROM_M, WALK_SPEED = 1.5, 12.0, 10.0
+
+
+def _association_lost(truth: dict, station: str) -> list[dict]:
+    """Return the station's association_lost events (an event naming no station is the only station's)."""
+    return [e for e in truth["events"] if e["kind"] == "association_lost" and e.get("station", station) == station]
+
+
+def walked_away(truth: dict, station: str, whose: str = "") -> tuple[bool, str]:
+    """Return whether a walk-away showed: the station's downlink PHY rate fell and its association was lost."""
+    lost = _association_lost(truth, station)
+    tl = [b for b in truth["mac"]["stations"][station]["rate_timeline"] if b["attempts"] > 0]
+    fell = len(tl) >= 2 and tl[-1]["median_rate_mbps"] < tl[0]["median_rate_mbps"]
+    return bool(lost) and fell, (f"association lost: {bool(lost)}; {whose}downlink PHY rate "
+                                 f"{tl[0]['median_rate_mbps'] if tl else None} -> "
+                                 f"{tl[-1]['median_rate_mbps'] if tl else None} Mbit/s")
 
 
 def walk_causes(ctx, station: str, flow: str, walk_at: float) -> tuple[list[dict], tuple | None]:
     """Return the truth causes of a station walking away from its AP (a rate change and retries while its
     rate falls, then the handoff when the association is lost) and the fall's (start, end, loss) in
     simulated seconds (None if the rate did not fall before the loss)."""
-    lost = [e for e in ctx.truth["events"] if e["kind"] == "association_lost"]
+    lost = _association_lost(ctx.truth, station)
     t_lost = ctx.sim_s(lost[0]["ts"]) if lost else None
     ref = (TRAFFIC_START_S + 0.25, walk_at)
     who = {"flows": [flow], "stations": [station]}
@@ -471,13 +488,7 @@ def walkaway(seconds: float) -> Scenario:
     walk_at = min(WALK_AT_S, seconds / 4)
 
     def expect(truth: dict) -> tuple[bool, str]:
-        lost = [e for e in truth["events"] if e["kind"] == "association_lost"]
-        st = truth["mac"]["stations"]["sta0"]
-        tl = [b for b in st["rate_timeline"] if b["attempts"] > 0]
-        fell = len(tl) >= 2 and tl[-1]["median_rate_mbps"] < tl[0]["median_rate_mbps"]
-        return bool(lost) and fell, (f"association lost: {bool(lost)}; downlink PHY rate "
-                                     f"{tl[0]['median_rate_mbps'] if tl else None} -> "
-                                     f"{tl[-1]['median_rate_mbps'] if tl else None} Mbit/s")
+        return walked_away(truth, "sta0")
 
     def causes(ctx) -> list[dict]:
         return walk_causes(ctx, "sta0", "tcp0", walk_at)[0]
