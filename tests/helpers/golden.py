@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -26,11 +27,8 @@ def sample_dirs() -> list[Path]:
 
 
 def _xlayer(*args: str, cache: str) -> str:
-    env = {"XLAYER_CACHE_DIR": cache}
-    import os
-
     r = subprocess.run([sys.executable, "-m", "xlayer", *args], capture_output=True, text=True,
-                       env={**os.environ, **env}, cwd=REPO, timeout=600)
+                       env={**os.environ, "XLAYER_CACHE_DIR": cache}, cwd=REPO, timeout=600)
     if r.returncode != 0:
         raise RuntimeError(f"xlayer {' '.join(args)} exited {r.returncode}: {r.stderr[-2000:]}")
     return r.stdout
