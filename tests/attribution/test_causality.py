@@ -12,9 +12,12 @@ import polars as pl
 import pytest
 
 from tests.helpers.common import REPO
-from xlayer.attribution.causality import _covered, delay_components, explain
+from xlayer.attribution.causality import explain
+from xlayer.attribution.causes import delaysplit
 from xlayer.attribution.causes.base import Window
+from xlayer.attribution.drops import DropConfig, aggregate_kept
 from xlayer.attribution.incidents import CauseFinding
+from xlayer.metrics.delay import covered, decompose
 
 MS = 1_000_000
 
@@ -35,15 +38,17 @@ def test_retries_of_a_deaf_station_are_the_root_of_its_spurious_timeouts():
     (c,) = inc["consequences"]
     assert c["cause"] == "spurious_rto" and c["explained_by"] == "mac_retries"
     assert "MAC retry time" in c["because"]
-    d = inc["evidence"]["spurious_rto"]["numbers"]["delay_p95_ms"]
-    assert d["mac_retry"] > d["ap_queue"] and d["mac_retry"] >= 0.5 * 200
+    d = inc["evidence"]["spurious_rto"]["numbers"]["delay_ms"]
+    assert d["retry"] > d["load"] and d["retry"] >= 0.5 * 200
 
 
 def test_slow_station_queueing_is_the_root_in_the_performance_anomaly():
     (inc,) = _analyze("sim-performance_anomaly")["incidents"]
     assert inc["root"] == "performance_anomaly"
     assert [c["cause"] for c in inc["consequences"]] == ["spurious_rto"]
-    assert "AP queue sojourn" in inc["consequences"][0]["because"]
+    assert "time the AP served one station" in inc["consequences"][0]["because"]
+    hog = inc["evidence"]["performance_anomaly"]["numbers"]["hog"]
+    assert hog["rate_mbps"] < 0.6 * hog["others_rate_mbps"] and hog["service_share"] > hog["packet_share"]
 
 
 def test_delay_on_the_wired_path_leaves_spurious_timeouts_a_root():
@@ -53,31 +58,58 @@ def test_delay_on_the_wired_path_leaves_spurious_timeouts_a_root():
 
 
 def test_covered_time_of_overlapping_intervals():
-    f = _covered(np.array([10, 15, 40]), np.array([20, 30, 50]))
+    f = covered(np.array([10, 15, 40]), np.array([20, 30, 50]))
     assert f(np.array([0, 10, 15, 20, 30, 35, 40, 45, 50, 100])).tolist() == [0, 0, 5, 10, 20, 20, 20, 25, 30, 30]
-    assert _covered(np.array([], dtype=np.int64), np.array([], dtype=np.int64))(np.array([5])).tolist() == [0]
+    assert covered(np.array([], dtype=np.int64), np.array([], dtype=np.int64))(np.array([5])).tolist() == [0]
+
+
+def _line(packets: list[dict]) -> pl.DataFrame:
+    """Return a downlink table of packets served one at a time by the AP (FIFO), as the join gives it.
+
+    Each packet: arrive (ms), station, flow, and its service: access, air, retry and fragment time (ms),
+    attempts, fragments, PHY rate."""
+    rows, done = [], 0
+    for i, p in enumerate(sorted(packets, key=lambda p: p["arrive"])):
+        arrive = int(p["arrive"] * MS)
+        start = max(arrive, done)
+        tx0 = start + int(p.get("access", 0.1) * MS)
+        first_end = tx0 + int(p.get("air", 0.3) * MS)
+        done = first_end + int(p.get("retry", 0) * MS) + int(p.get("frag", 0) * MS)
+        rows.append({"capture_file": "ap.pcap", "frame": i + 1, "ts_ns": arrive, "flow": p["flow"],
+                     "station": p["station"], "air_capture_file": "air.pcap", "first_air_ts_ns": first_end,
+                     "last_air_ts_ns": done, "sojourn_ns": tx0 - arrive, "n_attempts": p.get("attempts", 1),
+                     "n_fragments": p.get("fragments", 1), "rates_mbps": [float(p.get("rate", 54.0))]})
+    return pl.DataFrame(rows)
 
 
 class _Ctx:
-    """Just the window filter `explain` uses, over a crafted downlink table."""
+    """The tables `explain` and `delaysplit` read, over a crafted AP transmit line."""
 
-    def __init__(self, downlink: pl.DataFrame) -> None:
-        self.dl = downlink
+    def __init__(self, downlink: pl.DataFrame, signals: dict[str, float] | None = None,
+                 quiet: list[tuple[int, int]] | None = None) -> None:
+        self.tables = {"downlink": downlink, "delay": decompose(downlink)}
+        ss = [{"station": k, "bin_start_ns": W.start_ns, "signal_dbm": v} for k, v in (signals or {}).items()]
+        self.tables["station_series"] = pl.DataFrame(ss, schema={"station": pl.Utf8, "bin_start_ns": pl.Int64,
+                                                                 "signal_dbm": pl.Float64})
+        self.tables["attempts"] = pl.DataFrame(schema={"ts_ns": pl.Int64, "station": pl.Utf8, "retry": pl.Boolean,
+                                                       "frag": pl.UInt8, "ta": pl.Utf8, "mac_seq": pl.UInt16})
+        self.quiet = quiet or []
 
-    def between(self, name: str, s: int, e: int) -> pl.DataFrame:
-        assert name == "downlink"
-        return self.dl.filter((pl.col("ts_ns") >= s) & (pl.col("ts_ns") < e))
+    def table(self, name: str) -> pl.DataFrame:
+        return self.tables[name]
 
+    def between(self, name: str, s: int, e: int, col: str = "ts_ns") -> pl.DataFrame:
+        df = self.tables[name]
+        return df.filter((pl.col(col) >= s) & (pl.col(col) < e))
 
-def _downlink(sojourn_ms: list[float], retry_ms: list[float]) -> pl.DataFrame:
-    t0 = 10_000 * MS
-    rows = []
-    for i, (q, r) in enumerate(zip(sojourn_ms, retry_ms)):
-        arrive = t0 + i * 300 * MS
-        first = arrive + int(q * MS)
-        rows.append({"ts_ns": arrive, "flow": "f", "sojourn_ns": int(q * MS), "first_air_ts_ns": first,
-                     "last_air_ts_ns": first + int(r * MS)})
-    return pl.DataFrame(rows)
+    def outside(self, name: str, col: str = "ts_ns") -> pl.DataFrame:
+        df = self.tables[name]
+        for s, e in self.quiet:
+            df = df.filter((pl.col(col) < s) | (pl.col(col) >= e))
+        return df
+
+    def flows_of(self, stations: list[str]) -> list[str]:
+        return sorted(set(self.tables["downlink"].filter(pl.col("station").is_in(stations))["flow"].to_list()))
 
 
 def _findings(*names: str) -> list[CauseFinding]:
@@ -88,38 +120,107 @@ def _findings(*names: str) -> list[CauseFinding]:
     return out
 
 
-W = Window(10_000 * MS, 20_000 * MS, ["f"])
+W = Window(10_000 * MS, 12_000 * MS, ["f"])
+QUIET = [(W.start_ns - 500 * MS, W.end_ns)]
+
+
+def _steady(t0: float, t1: float, other: str = "B") -> list[dict]:
+    """Return two stations' packets every 2 ms, served at once (no queue): the steady state."""
+    return [{"arrive": t, "station": st, "flow": fl} for k in range(int((t1 - t0) / 2))
+            for t, st, fl in ((t0 + 2 * k, "A", "f"), (t0 + 2 * k + 1, other, "h" if other != "B" else "g"))]
+
+
+def _deaf_b() -> list[dict]:
+    # inside the window B's head-of-line MPDU is retried for 400 ms (a deaf receiver, its rate unchanged);
+    # f's packets queue behind it
+    burst = [{"arrive": 10_000, "station": "B", "flow": "g", "attempts": 300, "retry": 400}]
+    burst += [{"arrive": 10_001 + 2 * k, "station": "A", "flow": "f"} for k in range(150)]
+    burst += [{"arrive": 10_002 + 2 * k, "station": "B", "flow": "g"} for k in range(20)]
+    return _steady(8_000, 9_500) + burst + _steady(11_000, 12_000)
 
 
 @pytest.mark.parametrize("maker", ["mac_retries", "interference"])
-def test_retry_time_past_the_rto_makes_retries_the_root(maker):
-    dl = _downlink([1, 1, 2, 1], [300, 5, 250, 400])
-    got = explain(_Ctx(dl), W, _findings("spurious_rto", maker))
+def test_a_retried_mpdu_holding_the_line_past_the_rto_makes_retries_the_root(maker):
+    got = explain(_Ctx(_line(_deaf_b()), quiet=QUIET), W, _findings("spurious_rto", maker))
     assert [f.cause for f in got] == [maker, "spurious_rto"] and got[1].explained_by == maker
+    assert got[1].numbers["delay_ms"]["retry"] + got[1].numbers["delay_ms"]["hog"] > 100
 
 
-def test_queueing_past_the_rto_makes_the_queue_maker_the_root_not_the_retries():
-    dl = _downlink([400, 350, 380, 390], [1, 2, 1, 1])
-    got = explain(_Ctx(dl), W, _findings("spurious_rto", "mac_retries", "ap_queue_overflow"))
-    assert [f.cause for f in got] == ["mac_retries", "ap_queue_overflow", "spurious_rto"]
-    assert got[2].explained_by == "ap_queue_overflow"
+def test_the_root_is_made_from_the_measurements_when_no_cause_scored_it():
+    got = explain(_Ctx(_line(_deaf_b()), quiet=QUIET), W, _findings("spurious_rto"))
+    assert [f.cause for f in got] == ["mac_retries", "spurious_rto"]
+    assert got[0].confidence == got[1].confidence and "retransmissions held the AP's transmit line" in got[0].summary
 
 
-def test_no_reorder_when_no_finding_made_the_measured_delay():
-    dl = _downlink([400, 350, 380, 390], [1, 2, 1, 1])          # queueing, but no queue maker found
-    got = explain(_Ctx(dl), W, _findings("spurious_rto", "mac_retries"))
+def _slow_b(rate: float) -> list[dict]:
+    # B's link is weak: each of its packets costs 6 ms of the line (low rate, retries), A's 0.4 ms
+    slow = [{"arrive": 10_000 + 3 * k, "station": "B", "flow": "g", "air": 2.5, "retry": 3.4, "attempts": 2,
+             "rate": rate} for k in range(120)]
+    slow += [{"arrive": 10_001 + 3 * k, "station": "A", "flow": "f"} for k in range(120)]
+    # (B joins in the window: its packets before it would be at its good rate)
+    return _steady(8_000, 9_500, "C") + slow + _steady(11_000, 12_000, "C")
+
+
+def test_a_slow_station_holding_the_line_on_a_weak_link_is_the_performance_anomaly():
+    ctx = _Ctx(_line(_slow_b(6.0)), signals={"A": -45.0, "B": -78.0}, quiet=QUIET)
+    hog = delaysplit.find_hog(ctx, W)
+    assert hog is not None and hog.station == "B" and hog.weak_link and hog.excess_share > 0.5
+    got = explain(ctx, W, _findings("spurious_rto"))
+    assert [f.cause for f in got] == ["performance_anomaly", "spurious_rto"]
+    assert "time the AP served one station" in got[1].because
+
+
+def test_the_same_hog_on_a_good_link_is_its_retries_not_the_anomaly():
+    # the same line time, at the others' PHY rate and signal: the receiver, not the link, is slow
+    ctx = _Ctx(_line(_slow_b(54.0)), signals={"A": -45.0, "B": -46.0}, quiet=QUIET)
+    hog = delaysplit.find_hog(ctx, W)
+    assert hog is not None and not hog.weak_link
+    assert [f.cause for f in explain(ctx, W, _findings("spurious_rto"))] == ["mac_retries", "spurious_rto"]
+
+
+def _queue_only() -> list[dict]:
+    # f's packets arrive faster than the line serves them (0.4 ms each): plain queueing, nothing retried
+    burst = [{"arrive": 10_000 + 0.1 * k, "station": "A", "flow": "f"} for k in range(900)]
+    return _steady(8_000, 9_500) + burst + _steady(11_000, 12_000)
+
+
+def test_plain_queueing_is_a_root_only_as_a_full_queue():
+    ctx = _Ctx(_line(_queue_only()), quiet=QUIET)
+    got = explain(ctx, W, _findings("spurious_rto", "mac_retries", "ap_queue_overflow"))
+    assert [f.cause for f in got] == ["ap_queue_overflow", "spurious_rto", "mac_retries"]
+    got = explain(_Ctx(_line(_queue_only()), quiet=QUIET), W, _findings("spurious_rto", "mac_retries"))
     assert [f.cause for f in got] == ["spurious_rto", "mac_retries"] and got[0].explained_by is None
 
 
 def test_no_reorder_when_the_delay_stays_far_below_the_rto():
-    dl = _downlink([5, 6, 4, 5], [20, 30, 25, 20])
-    got = explain(_Ctx(dl), W, _findings("spurious_rto", "mac_retries"))
+    few = _steady(8_000, 12_000)
+    got = explain(_Ctx(_line(few), quiet=QUIET), W, _findings("spurious_rto", "mac_retries"))
     assert [f.cause for f in got] == ["spurious_rto", "mac_retries"]
 
 
-def test_waiting_behind_another_packets_retries_counts_as_retry_time():
-    # packet 2 arrives while packet 1 is being retried for 500 ms: its sojourn is the AP retrying
-    dl = pl.DataFrame({"ts_ns": [0, 10 * MS], "flow": ["f", "f"], "sojourn_ns": [0, 495 * MS],
-                       "first_air_ts_ns": [1 * MS, 506 * MS], "last_air_ts_ns": [501 * MS, 506 * MS]})
-    comp = delay_components(_Ctx(dl), Window(0, 1000 * MS, ["f"]), ["f"])
-    assert comp is not None and comp["mac"] > 480 and comp["queue"] < 20
+def test_delay_parts_of_a_crafted_line():
+    # 1: sent at once, retried for 50 ms; 2: arrives during 1's retries; 3: fragmented in 3, no retry
+    dl = _line([{"arrive": 0, "station": "A", "flow": "f", "access": 1, "air": 2, "retry": 50, "attempts": 4},
+                {"arrive": 10, "station": "B", "flow": "g", "access": 1, "air": 2},
+                {"arrive": 100, "station": "A", "flow": "f", "access": 1, "air": 2, "frag": 6, "fragments": 3,
+                 "attempts": 3}])
+    d = decompose(dl).sort("ts_ns")
+    ms = {c: [v / MS for v in d[c].to_list()] for c in d.columns if c.endswith("_ns") and c not in ("ts_ns", "wired_ns")}
+    assert d["wired_ns"].null_count() == 3          # no upstream capture
+    assert ms["queue_ns"] == [0, 43, 0] and ms["queue_retry_ns"] == [0, 43, 0]
+    assert ms["access_ns"] == [1, 1, 1] and ms["air_ns"] == [2, 2, 2]
+    assert ms["retry_ns"] == [50, 0, 0] and ms["fragments_ns"] == [0, 0, 6]
+    assert ms["service_ns"] == [53, 3, 9] and ms["ap_ns"] == [53, 46, 9]
+
+
+def test_one_flow_dipping_while_the_aggregate_holds_is_sharing_not_a_drop():
+    bins = list(range(0, 20))
+    rows = [{"flow": f, "bin_start_ns": b * 100 * MS, "goodput_bps": v}
+            for b in bins for f, v in (("f", 5e6 if not 10 <= b < 14 else 1e6),
+                                       ("g", 5e6 if not 10 <= b < 14 else 9e6))]
+    g = pl.DataFrame(rows)
+    cfg = DropConfig()
+    assert aggregate_kept(g, 1000 * MS, 1400 * MS, cfg) == pytest.approx(1.0)
+    fell = g.with_columns(pl.when(pl.col("bin_start_ns").is_between(1000 * MS, 1399 * MS))
+                          .then(1e6).otherwise(pl.col("goodput_bps")).alias("goodput_bps"))
+    assert aggregate_kept(fell, 1000 * MS, 1400 * MS, cfg) == pytest.approx(0.2)

@@ -29,7 +29,9 @@ from xlayer.attribution.causality import explain
 from xlayer.attribution.causes import causes
 from xlayer.attribution.causes.base import NS, Context, Window
 from xlayer.attribution.drops import (
+    SHARED_KEPT,
     DropConfig,
+    aggregate_kept,
     data_flows,
     find_drops,
     flow_goodput,
@@ -38,6 +40,7 @@ from xlayer.attribution.drops import (
 )
 from xlayer.attribution.incidents import Analysis, Incident
 from xlayer.metrics import open_timeline
+from xlayer.text import iso_ns
 from xlayer.timeline import Timeline
 
 MIN_CONFIDENCE = 0.2
@@ -135,6 +138,7 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
     sustained = [w for w in proposed if w.kind != "event"]
     windows = _merge(_cut(windows, _merge(events)) + sustained)
     incidents = []
+    shared: list[str] = []
     for w in windows:
         say(f"scoring {len(mods)} causes")
         found = []
@@ -152,12 +156,20 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
         # (a station that lost its association also shows falling rates and retries after it).
         found.sort(key=lambda f: (not (w.kind == "event" and f.cause == w.proposer), -f.confidence))
         found = explain(ctx, w, found)
+        if not found and w.kind == "drop":
+            kept = aggregate_kept(g, w.start_ns, w.end_ns, cfg)
+            if kept is not None and kept >= SHARED_KEPT:
+                shared.append(f"{', '.join(sorted(w.drop))}: goodput fell for {w.seconds:.1f} s from "
+                              f"{iso_ns(w.start_ns)} while the data flows together kept {kept:.0%} of their steady "
+                              "goodput: flows sharing the path, not a drop (no incident)")
+                continue
         flows = w.flows or sorted({x for f in found for x in f.flows})
         stations = w.stations or sorted({x for f in found for x in f.stations})
         incidents.append(Incident(w.start_ns, w.end_ns, w.kind, flows, stations, w.drop, found))
     incidents.sort(key=lambda i: (-i.confidence, i.start_ns))
     return Analysis(incidents, _flow_summary(ctx, chosen, g), tl.alignment.as_json(), dict(tl.bundle.tags),
-                    [f"{f}: {err}" for f, err in tl.errors.items()] + read_notes(tl) + flow_notes(tl, chosen, cfg))
+                    [f"{f}: {err}" for f, err in tl.errors.items()] + read_notes(tl) + flow_notes(tl, chosen, cfg)
+                    + shared)
 
 
 MAX_NAMED = 3            # left-out flows named in a note (the rest counted)

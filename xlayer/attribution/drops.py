@@ -177,6 +177,29 @@ def find_drops(g: pl.DataFrame, cfg: DropConfig, span: tuple[int, int] | None = 
     return pl.DataFrame(rows, schema=schema)
 
 
+SHARED_KEPT = 0.75       # the flows' aggregate kept this share of its baseline: sharing shifted, no drop
+
+
+def aggregate_kept(g: pl.DataFrame, start_ns: int, end_ns: int, cfg: DropConfig) -> float | None:
+    """Return the data flows' summed goodput in [start_ns, end_ns) over its steady state (its median
+    outside the first `warmup_s`), or None when unknown.
+
+    One flow's goodput falling while the sum of all of them holds is TCP flows sharing a path
+    (one backed off, the others took its share), not a drop of the path's throughput.
+    """
+    if g.height == 0:
+        return None
+    agg = g.group_by("bin_start_ns").agg(pl.col("goodput_bps").sum()).sort("bin_start_ns")
+    t, y = agg["bin_start_ns"].to_numpy(), agg["goodput_bps"].to_numpy().astype(float)
+    steady = t >= t[0] + int(cfg.warmup_s * NS)
+    steady[-1] = False
+    inside = (t >= start_ns) & (t < end_ns)
+    if steady.sum() < 3 or not inside.any():
+        return None
+    base = float(np.median(y[steady]))
+    return float(y[inside].mean()) / base if base > 0 else None
+
+
 def merge_windows(drops: pl.DataFrame, gap_ns: int) -> list[tuple[int, int, pl.DataFrame]]:
     """Return merged windows (start_ns, end_ns, the drops inside) of drops that overlap across flows."""
     out: list[tuple[int, int, list[int]]] = []

@@ -11,11 +11,11 @@ import os
 from typing import Any
 
 from xlayer.bundle import Bundle
-from xlayer.metrics import air, flows, host, join, stations, tcp
+from xlayer.metrics import air, delay, flows, host, join, stations, tcp
 from xlayer.timeline import Timeline
 from xlayer.timeline import open_timeline as _open_timeline
 
-MODULES = (join, flows, tcp, stations, host, air)
+MODULES = (join, flows, tcp, stations, host, air, delay)
 
 
 def table_names() -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from xlayer.attribution.causes import delaysplit
 from xlayer.attribution.causes.base import Context, Window, clip01, frames
 from xlayer.attribution.incidents import CauseFinding
 
@@ -41,6 +42,21 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     stations = sorted(fr["station"].drop_nulls().unique().to_list())
     text = f"{msdus:,} packets went as {frags:,} fragments ({fpm:.1f} per packet)"
     return CauseFinding(NAME, conf, text, {"fragments": frags, "msdus": msdus, "fragments_per_msdu": fpm},
+                        stations=stations, flows=ctx.flows_of(stations), frames=frames(fr, "802.11 fragment"))
+
+
+def from_delay(ctx: Context, w: Window, split: delaysplit.Split, conf: float) -> CauseFinding | None:
+    """Return fragmentation's finding made from a window's delay split (the root of a consequence)."""
+    att = ctx.between("attempts", w.start_ns, w.end_ns)
+    fr = att.filter(pl.col("frag") > 0) if att.height else att
+    if fr.height == 0:
+        return None
+    fpm, frags, msdus = _fpm(att)
+    stations = sorted(fr["station"].drop_nulls().unique().to_list())
+    text = (f"{msdus:,} packets went as {frags:,} fragments ({fpm:.1f} per packet); the late packets waited "
+            f"{split.inside['fragments']:.0f} ms of their {split.total_ms:.0f} ms on further fragments")
+    return CauseFinding(NAME, conf, text, {"fragments": frags, "msdus": msdus, "fragments_per_msdu": fpm,
+                                           "delay_ms": {k: round(v, 3) for k, v in split.inside.items()}},
                         stations=stations, flows=ctx.flows_of(stations), frames=frames(fr, "802.11 fragment"))
 
 

@@ -4,12 +4,16 @@ Evidence from the air: the retry fraction of the stations' data transmissions in
 the same stations outside every drop window, the frames that failed after the retry limit, and
 example retried frames.  Retries are often a symptom: when the stations' PHY rate fell at the same
 time (rate adaptation reacting to a weaker link) the rate change is the better explanation and this
-cause's confidence is halved.
+cause's confidence is halved.  A second measure sees retries that are few but long: the share of the
+AP's transmit line spent retransmitting (`delay` table: retry time over service time) against outside
+the drops.  A deaf receiver behind a persistent MAC is one MPDU retried for a second: a small retry
+fraction of the transmissions, most of the line's time.
 """
 from __future__ import annotations
 
 import polars as pl
 
+from xlayer.attribution.causes import delaysplit
 from xlayer.attribution.causes.base import LEAD_NS, Context, Window, clip01, frames
 from xlayer.attribution.incidents import CauseFinding
 
@@ -36,8 +40,68 @@ def _signal_fall(ctx: Context, w: Window, stations: list[str]) -> float:
     return float(b.median() - a.median()) if a.len() and b.len() else 0.0
 
 
+def _retry_time(d: pl.DataFrame) -> float | None:
+    t = float(d["service_ns"].sum()) if d.height else 0.0
+    return float(d["retry_ns"].sum()) / t if t > 0 else None
+
+
+def _line_conf(ctx: Context, w: Window) -> tuple[float, float | None, float | None]:
+    """Return (confidence, retry-time share in the window, outside) from the AP's transmit line."""
+    d = ctx.between("delay", w.start_ns - LEAD_NS, w.end_ns)
+    inside = _retry_time(d)
+    if inside is None or d.height < MIN_ATTEMPTS:
+        return 0.0, None, None
+    outside = _retry_time(ctx.outside("delay"))
+    conf = clip01((inside - 0.1) / 0.3) * 0.8
+    if w.kind == "drop" and outside:
+        conf *= clip01((inside / outside - 1.0) / 2.0)
+    return conf, inside, outside
+
+
+def from_delay(ctx: Context, w: Window, split: delaysplit.Split, conf: float) -> CauseFinding | None:
+    """Return the retries' finding made from a window's delay split (the root of a consequence)."""
+    d = ctx.between("delay", w.start_ns - LEAD_NS, w.end_ns)
+    att = ctx.between("attempts", w.start_ns - LEAD_NS, w.end_ns)
+    retried = d.filter(pl.col("retry_ns") > 0).sort("retry_ns", descending=True)
+    stations = retried["station"].drop_nulls().unique(maintain_order=True).to_list()[:3]
+    h = split.hog
+    who = f"; most to {h.station} ({h.retry_share:.0%} of its service time)" if h is not None else ""
+    text = (f"MAC retransmissions held the AP's transmit line: the late packets waited "
+            f"{split.inside['retry']:.0f} ms of their {split.total_ms:.0f} ms on retries "
+            f"({split.outside.get('retry', 0.0):.0f} ms outside the drops){who}")
+    nums = {"delay_ms": {k: round(v, 3) for k, v in split.inside.items()},
+            "retry_time_share": _retry_time(d), "retries": int(att["retry"].sum()) if att.height else 0,
+            "attempts": att.height}
+    if h is not None:
+        nums["hog"] = h.as_numbers()
+    st = [h.station] if h is not None else stations
+    return CauseFinding(NAME, conf, text, nums, stations=st, flows=ctx.flows_of(st),
+                        frames=frames(att.filter(pl.col("retry")), "MAC retry") if att.height else [])
+
+
 def score(ctx: Context, w: Window) -> CauseFinding | None:
     """Return the evidence of elevated MAC retries in the window."""
+    f = _score_attempts(ctx, w)
+    lc, inside, outside = _line_conf(ctx, w)
+    if lc >= 0.05 and (f is None or lc > f.confidence):
+        d = ctx.between("delay", w.start_ns - LEAD_NS, w.end_ns).filter(pl.col("retry_ns") > 0)
+        top = (d.group_by("station").agg(pl.col("retry_ns").sum()).sort("retry_ns", descending=True)
+               ["station"].drop_nulls().to_list()[:3])
+        text = (f"retransmissions took {inside:.0%} of the AP's transmit line"
+                + (f", against {outside:.0%} outside the drops" if outside is not None else "")
+                + (f" (most to {top[0]})" if top else ""))
+        nums = {"retry_time_share": inside, "retry_time_share_outside": outside}
+        if f is not None:
+            nums.update(f.numbers)
+        att = ctx.between("attempts", w.start_ns - LEAD_NS, w.end_ns)
+        return CauseFinding(NAME, lc, text, nums, stations=top, flows=ctx.flows_of(top),
+                            frames=frames(att.filter(pl.col("retry") & pl.col("station").is_in(top)), "MAC retry")
+                            if att.height else [])
+    return f
+
+
+def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
+    """Return the evidence of elevated MAC retries in the window from the transmissions' retry bits."""
     s, e = w.start_ns - LEAD_NS, w.end_ns
     att = ctx.between("attempts", s, e)
     if w.stations:

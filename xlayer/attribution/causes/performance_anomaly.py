@@ -1,16 +1,21 @@
 """The performance anomaly (Heusse et al.): a slow station's airtime share starves the fast ones.
 
 802.11's fair access is per frame, not per second of air: a station at a low PHY rate takes most of
-the airtime, and every station's goodput falls towards the slow one's.  Evidence in the window: two
-or more stations with downlink data, the slowest one's PHY rate well below the fastest's, and its
-airtime share above half; the numbers are each station's rate, airtime share and goodput.  The
-condition holds for as long as both stations are busy, so this cause also proposes those windows.
+the airtime, and every station's goodput falls towards the slow one's.  Two measures, the stronger
+counts: (1) from the air, two or more stations with data, the one with the largest airtime share at
+a PHY rate well below the fastest's and past 40 % of the air; (2) from the AP's transmit line (the
+`delay` table, `delaysplit.find_hog`), one station whose packets took far more of the AP's service
+time than their share, the excess being the line time the others lost, on a weak link (its rate a
+fraction of the others', its signal weaker).  The second sees the anomaly among many stations, where
+the slow one's airtime share stays under half.  The condition holds for as long as the stations are
+busy, so this cause also proposes those windows.
 """
 from __future__ import annotations
 
 import polars as pl
 
-from xlayer.attribution.causes.base import NS, Context, Window, clip01
+from xlayer.attribution.causes import delaysplit
+from xlayer.attribution.causes.base import NS, Context, Window, clip01, frames
 from xlayer.attribution.incidents import CauseFinding
 
 NAME = "performance_anomaly"
@@ -44,10 +49,41 @@ def _assess(ss: pl.DataFrame) -> tuple[float, dict] | None:
     return conf, {"slow": slow, "fast": fast, "stations": st.to_dicts()}
 
 
+def _hog_conf(h: delaysplit.Hog | None) -> float:
+    """Return the anomaly's confidence from the AP's service time: the others' lost share on a weak link."""
+    if h is None or not h.weak_link:
+        return 0.0
+    return clip01((h.excess_share - 0.05) / 0.2) * 0.9
+
+
+def _hog_finding(ctx: Context, h: delaysplit.Hog, conf: float, extra: dict | None = None) -> CauseFinding:
+    """Return the finding of a hog station on a weak link."""
+    rate = f" at {h.rate_mbps:.1f} Mbit/s" if h.rate_mbps is not None else ""
+    orate = f" at {h.others_rate_mbps:.1f} Mbit/s" if h.others_rate_mbps is not None else ""
+    text = (f"{h.station}{rate} held the AP's transmit line {h.service_share:.0%} of the time for "
+            f"{h.packet_share:.0%} of the packets ({h.per_packet_ms:.2f} ms per packet, the others{orate} "
+            f"{h.others_per_packet_ms:.2f} ms): the other stations lost {h.excess_share:.0%} of it")
+    att = ctx.table("attempts")
+    ex = frames(att.filter(pl.col("station") == h.station), "transmission to the slow station") if att.height else []
+    return CauseFinding(NAME, conf, text, {"hog": h.as_numbers(), **(extra or {})}, stations=[h.station],
+                        flows=ctx.flows_of([h.station]), frames=ex)
+
+
+def from_delay(ctx: Context, w: Window, split: delaysplit.Split, conf: float) -> CauseFinding | None:
+    """Return the anomaly's finding made from a window's delay split (the root of a consequence)."""
+    if split.hog is None:
+        return None
+    return _hog_finding(ctx, split.hog, conf, {"delay_ms": {k: round(v, 3) for k, v in split.inside.items()}})
+
+
 def score(ctx: Context, w: Window) -> CauseFinding | None:
     """Return the evidence of the performance anomaly in the window."""
     ss = ctx.between("station_series", w.start_ns, w.end_ns, col="bin_start_ns")
     a = _assess(ss)
+    h = delaysplit.find_hog(ctx, w)
+    hc = _hog_conf(h)
+    if h is not None and hc >= 0.05 and (a is None or hc > a[0]):
+        return _hog_finding(ctx, h, hc)
     if a is None or a[0] < 0.05:
         return None
     conf, d = a
@@ -70,8 +106,43 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
                         stations=stations, flows=ctx.flows_of(stations))
 
 
+def _runs(good: list[bool], lo: int) -> list[tuple[int, int]]:
+    """Return [start, end) spans (ns) of two or more consecutive good 1 s steps from `lo`."""
+    out, i = [], 0
+    while i < len(good):
+        j = i
+        while j < len(good) and good[j]:
+            j += 1
+        if j - i >= 2:
+            out.append((lo + i * STEP_NS, lo + j * STEP_NS))
+        i = max(j, i + 1)
+    return out
+
+
+def _propose_hog(ctx: Context) -> list[Window]:
+    """Return the spans (1 s steps) where one station on a weak link holds the AP's transmit line."""
+    d = ctx.table("delay")
+    if d.height == 0:
+        return []
+    lo, hi = int(d["ts_ns"].min()), int(d["ts_ns"].max())
+    good = []
+    for t in range(lo, hi + 1, STEP_NS):
+        # (a window's evidence is read from LEAD_NS before it: a step's own second is read alone here)
+        h = delaysplit.find_hog(ctx, Window(t, t + STEP_NS), ctx.between("delay", t, t + STEP_NS))
+        good.append(_hog_conf(h) >= 0.4)
+    out = []
+    for s, e in _runs(good, lo):
+        # every station sharing the AP's line in the span loses to the slow one
+        stations = sorted(ctx.between("delay", s, e)["station"].drop_nulls().unique().to_list())
+        out.append(Window(s, min(e, hi + 1), ctx.flows_of(stations), stations, kind="sustained", proposer=NAME))
+    return out
+
+
 def propose(ctx: Context) -> list[Window]:
     """Return the spans (1 s steps) where the anomaly holds, as sustained windows."""
+    hog = _propose_hog(ctx)
+    if hog:
+        return hog
     ss = ctx.table("station_series")
     if ss.height == 0 or ss["station"].n_unique() < 2:
         return []

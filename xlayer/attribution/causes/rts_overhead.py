@@ -2,7 +2,8 @@
 
 Protection costs two control frames, two SIFS and their preambles per data frame, at a basic rate:
 at high PHY rates that is a large share of the air.  Evidence: RTS frames per data transmission of
-the stations in the window, CTS answers, and the airtime the exchanges took against the data's.
+the stations in the window (an A-MPDU is one transmission: one RTS protects the whole PPDU), CTS
+answers, and the airtime the exchanges took against the data's.
 An RTS threshold holds all run long, so this cause proposes the span where the ratio stays high.
 """
 from __future__ import annotations
@@ -53,29 +54,40 @@ def _control(ctx: Context, subtype: int, start: int | None = None, end: int | No
     return q
 
 
+def ppdus(att: pl.DataFrame) -> int:
+    """Return the data PPDUs of transmissions: an A-MPDU's subframes (one `ampdu_ref`) are one PPDU."""
+    if att.height == 0:
+        return 0
+    agg = att.filter(pl.col("ampdu_ref").is_not_null())
+    return att.height - agg.height + (agg.select("capture_file", "ampdu_ref").n_unique() if agg.height else 0)
+
+
 def _ratio(ctx: Context, start: int, end: int, stations: list[str]) -> tuple[float, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    # one RTS protects one PPDU: an 802.11n A-MPDU of 30 MPDUs has one RTS, not 30
     att = ctx.between("attempts", start, end)
     rts = _control(ctx, 11, start, end)
     if stations and rts.height:
         rts = rts.filter(pl.col("wlan_ta").is_in(stations) | pl.col("wlan_ra").is_in(stations))
         att = att.filter(pl.col("station").is_in(stations))
-    return (rts.height / att.height if att.height else 0.0), rts, att, _control(ctx, 12, start, end)
+    n = ppdus(att)
+    return (rts.height / n if n else 0.0), rts, att, _control(ctx, 12, start, end)
 
 
 def score(ctx: Context, w: Window) -> CauseFinding | None:
     """Return the evidence of RTS/CTS overhead in the window."""
     ratio, rts, att, cts = _ratio(ctx, w.start_ns, w.end_ns, w.stations)
-    if att.height < MIN_DATA or rts.height == 0:
+    if ppdus(att) < MIN_DATA or rts.height == 0:
         return None
     conf = clip01((ratio - 0.2) / 0.5) * 0.8
     if conf < 0.05:
         return None
     ctl_air = float(rts["airtime_ns"].fill_null(0).sum() + (cts["airtime_ns"].fill_null(0).sum() if cts.height else 0))
-    text = (f"{rts.height:,} RTS and {cts.height:,} CTS for {att.height:,} data transmissions "
+    n = ppdus(att)
+    text = (f"{rts.height:,} RTS and {cts.height:,} CTS for {n:,} data transmissions "
             f"({ratio:.2f} RTS per data frame; {ctl_air / 1e6:.0f} ms of air on the exchanges)")
     ends = set(rts["wlan_ta"].drop_nulls().to_list()) | set(rts["wlan_ra"].drop_nulls().to_list())
     stations = sorted(ends & set(att["station"].drop_nulls().to_list()))
-    return CauseFinding(NAME, conf, text, {"rts": rts.height, "cts": cts.height, "data_transmissions": att.height,
+    return CauseFinding(NAME, conf, text, {"rts": rts.height, "cts": cts.height, "data_transmissions": n, "mpdu_transmissions": att.height,
                                            "rts_per_data": ratio, "control_airtime_ms": ctl_air / 1e6},
                         stations=stations, flows=ctx.flows_of(stations), frames=frames(rts, "RTS"))
 
@@ -89,6 +101,6 @@ def propose(ctx: Context) -> list[Window]:
     for (st,), a in att.group_by("station"):
         s, e = int(a["ts_ns"].min()), int(a["ts_ns"].max()) + 1
         ratio, rts, att_w, _ = _ratio(ctx, s, e, [st])
-        if att_w.height >= MIN_DATA and ratio >= 0.5:
+        if ppdus(att_w) >= MIN_DATA and ratio >= 0.5:
             out.append(Window(s, e, ctx.flows_of([st]), [st], kind="sustained", proposer=NAME))
     return out

@@ -1,0 +1,192 @@
+"""What made a window's packets late: the `delay` table split by what the AP's transmit line was doing.
+
+A downlink packet's delay is its wired path, its wait in the AP's queue, and its own service
+(`xlayer.metrics.delay`).  While it waited, the AP served the packets ahead of it, so its wait is
+split by what those packets cost: their retransmissions (`retry`), their further fragments
+(`fragments`), the service of one station that takes far more of the line than its packets'
+share (`hog`), and plain work, first transmissions and access (`load`).  The packet's own service
+adds its own retries and fragments to those parts and the rest to `load`.
+
+The hog is the station whose service exceeds what its packets would have cost at the other
+stations' typical per-packet service by the most, when that excess is at least `HOG_MIN_SHARE` of
+the AP's service time in the window: the line time the other stations lost to it.  Whether it is
+slow because of its link (its PHY rate a fraction of the others' and its signal weaker: the
+performance anomaly) or because its frames are retried on a good link (a deaf or interfered
+receiver: MAC retries) is decided from those measured rates and signals.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from xlayer.attribution.causes.base import LEAD_NS, Context, Window
+from xlayer.metrics.delay import covered
+
+PARTS = ("wired", "load", "retry", "fragments", "hog")
+HOG_MIN_SHARE = 0.10          # line time the others lost to one station, of the AP's service time
+MIN_PACKETS = 10              # a station's packets in the window before its per-packet service counts
+SLOW_RATE_RATIO = 0.6         # a weak link: its PHY rate at most this share of the others' median ...
+WEAK_SIGNAL_DB = 6.0          # ... and its signal this much weaker (when the captures say)
+
+
+@dataclass
+class Hog:
+    """The station that took the most line time beyond its packets' share, and why it is slow."""
+
+    station: str
+    excess_share: float            # of the AP's service time in the window
+    service_share: float
+    packet_share: float
+    per_packet_ms: float
+    others_per_packet_ms: float
+    rate_mbps: float | None
+    others_rate_mbps: float | None
+    signal_db_below: float | None  # its signal below the others' median (dB; None: unknown)
+    retry_share: float             # of its own service time
+    fragments_share: float
+
+    @property
+    def weak_link(self) -> bool:
+        """Return whether the station is slow because of its link (low PHY rate, weaker signal)."""
+        if self.rate_mbps is None or not self.others_rate_mbps:
+            return False
+        slow = self.rate_mbps <= SLOW_RATE_RATIO * self.others_rate_mbps
+        return slow and (self.signal_db_below is None or self.signal_db_below >= WEAK_SIGNAL_DB)
+
+    def as_numbers(self) -> dict[str, Any]:
+        """Return the measured numbers, rounded, for a finding's JSON."""
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class Split:
+    """Mean delay per part (ms) of the chosen packets in a window and outside the drop windows."""
+
+    inside: dict[str, float]
+    outside: dict[str, float]
+    packets: int
+    hog: Hog | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_ms(self) -> float:
+        return sum(self.inside.values())
+
+    def increase(self, part: str) -> float:
+        """Return how much part `part` grew against outside the drops (ms, >= 0)."""
+        return max(0.0, self.inside[part] - self.outside.get(part, 0.0))
+
+
+def _window(ctx: Context, w: Window) -> pl.DataFrame:
+    return ctx.between("delay", w.start_ns - LEAD_NS, w.end_ns)
+
+
+def _rates(ctx: Context, w: Window) -> dict[str, float]:
+    dl = ctx.between("downlink", w.start_ns - LEAD_NS, w.end_ns)
+    if dl.height == 0 or "rates_mbps" not in dl.columns:
+        return {}
+    r = dl.select("station", pl.col("rates_mbps").list.first().alias("r")).drop_nulls()
+    return dict(r.group_by("station").agg(pl.col("r").mean()).iter_rows())
+
+
+def _signals(ctx: Context, w: Window) -> dict[str, float]:
+    ss = ctx.between("station_series", w.start_ns - LEAD_NS, w.end_ns, col="bin_start_ns")
+    if ss.height == 0:
+        return {}
+    s = ss.select("station", "signal_dbm").drop_nulls()
+    return dict(s.group_by("station").agg(pl.col("signal_dbm").median()).iter_rows())
+
+
+def find_hog(ctx: Context, w: Window, d: pl.DataFrame | None = None) -> Hog | None:
+    """Return the window's hog station (see the module docstring), or None when no station is one."""
+    d = _window(ctx, w) if d is None else d
+    if d.height == 0:
+        return None
+    per = (d.group_by("station").agg(pl.len().alias("n"), pl.col("service_ns").sum().alias("t"),
+                                     pl.col("retry_ns").sum().alias("rt"), pl.col("fragments_ns").sum().alias("fr"))
+           .filter(pl.col("n") >= MIN_PACKETS).sort("station"))
+    if per.height < 2:
+        return None
+    n, t = per["n"].to_numpy().astype(float), per["t"].to_numpy().astype(float)
+    total = float(d["service_ns"].sum())
+    if total <= 0:
+        return None
+    cost = t / n
+    excess = np.array([t[i] - n[i] * float(np.median(np.delete(cost, i))) for i in range(len(t))])
+    i = int(np.argmax(excess))
+    if excess[i] < HOG_MIN_SHARE * total:
+        return None
+    st = per["station"][i]
+    rates, sig = _rates(ctx, w), _signals(ctx, w)
+    others = [s for s in per["station"].to_list() if s != st]
+    orates = [rates[s] for s in others if s in rates]
+    osig = [sig[s] for s in others if s in sig]
+    return Hog(st, float(excess[i] / total), float(t[i] / total), float(n[i] / n.sum()), float(cost[i] / 1e6),
+               float(np.median(np.delete(cost, i)) / 1e6), rates.get(st), float(np.median(orates)) if orates else None,
+               float(np.median(osig) - sig[st]) if st in sig and osig else None,
+               float(per["rt"][i] / max(t[i], 1)), float(per["fr"][i] / max(t[i], 1)))
+
+
+def _parts(d: pl.DataFrame, all_d: pl.DataFrame, hog: str | None) -> dict[str, np.ndarray]:
+    """Return per packet of `d` its delay (ns) per part, its wait split by what the line served."""
+    arrive = d["ts_ns"].to_numpy().astype(np.int64)
+    q = d["queue_ns"].to_numpy().astype(np.int64)
+    hol = arrive + q
+    a = all_d
+    a_hol = (a["ts_ns"] + a["queue_ns"]).to_numpy().astype(np.int64)
+    a_done = (a["ts_ns"] + a["ap_ns"]).to_numpy().astype(np.int64)
+    a_rt = a["retry_ns"].to_numpy().astype(np.int64)
+    a_fr = a["fragments_ns"].to_numpy().astype(np.int64)
+    first_end = a_done - a_rt - a_fr
+    is_hog = (a["station"] == hog).fill_null(False).to_numpy() if hog else np.zeros(a.height, bool)
+
+    def cov(s: np.ndarray, e: np.ndarray, keep: np.ndarray) -> np.ndarray:
+        f = covered(s[keep], e[keep])
+        return np.clip(f(hol) - f(arrive), 0, q)
+
+    hog_w = cov(a_hol, a_done, is_hog) if hog else np.zeros(len(q), np.int64)
+    mine_hog = (d["station"] == hog).fill_null(False).to_numpy() if hog else np.zeros(len(q), bool)
+    hog_w = np.where(mine_hog, 0, hog_w)      # the hog's own packets wait behind its others: its own slowness
+    rt_w = cov(a_done - a_rt, a_done, (a_rt > 0) & ~is_hog)
+    fr_w = cov(first_end, first_end + a_fr, (a_fr > 0) & ~is_hog)
+    wait_other = np.minimum(rt_w + fr_w + hog_w, q)
+    own_rt = d["retry_ns"].to_numpy().astype(np.int64)
+    own_fr = d["fragments_ns"].to_numpy().astype(np.int64)
+    own_rest = (d["access_ns"] + d["air_ns"]).to_numpy().astype(np.int64)
+    retry = rt_w + np.where(mine_hog, 0, own_rt)
+    frags = fr_w + np.where(mine_hog, 0, own_fr)
+    hogp = hog_w + np.where(mine_hog, own_rt + own_fr + own_rest, 0)
+    load = (q - wait_other) + np.where(mine_hog, 0, own_rest)
+    wired = d["wired_ns"].fill_null(0).to_numpy().astype(np.int64)
+    return {"wired": wired, "load": load, "retry": retry, "fragments": frags, "hog": hogp}
+
+
+def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None) -> Split | None:
+    """Return where the flows' slowest packets in the window spent their delay, against outside the drops.
+
+    The packets are those whose delay (wired + AP) reached half the RTO when given, else the slowest
+    tenth; outside the drop windows every packet of the same flows counts.
+    """
+    d = _window(ctx, w)
+    if d.height == 0 or not flows:
+        return None
+    mine = d.filter(pl.col("flow").is_in(flows))
+    if mine.height == 0:
+        return None
+    hog = find_hog(ctx, w, d)
+    parts = _parts(mine, d, hog.station if hog else None)
+    total = sum(parts.values())
+    sel = total >= 0.5 * rto_ms * 1e6 if rto_ms else total >= np.quantile(total, 0.9)
+    if not sel.any():
+        sel = total >= np.quantile(total, 0.9)
+    inside = {k: float(v[sel].mean()) / 1e6 for k, v in parts.items()}
+    out = ctx.outside("delay")
+    out = out.filter(pl.col("flow").is_in(flows))
+    outside = {}
+    if out.height:
+        po = _parts(out, ctx.outside("delay"), hog.station if hog else None)
+        outside = {k: float(v.mean()) / 1e6 for k, v in po.items()}
+    return Split(inside, outside, int(sel.sum()), hog)
