@@ -6,8 +6,12 @@ manifest from someone else's machine is data, not a set of paths to trust.  The 
 `Bundle.file_path` refuses a capture whose resolved path leaves the bundle, any symbolic link unless
 the manifest says `"follow_links": true`, and anything but a regular file (a FIFO or a device is
 refused without being opened); `bundle.json` itself must be a regular file of at most
-`MANIFEST_MAX_BYTES`, and is read with a bounded read.  Unknown keys are kept
-and written back unchanged, so tools newer than this one can add fields without losing them here.
+`MANIFEST_MAX_BYTES`, and is read with a bounded read.  The parsed JSON then goes through
+`xlayer.bundle.validate` before anything else looks at it: strings UTF-8 can hold, finite numbers,
+64-bit integers, at most `MAX_CAPTURES` captures (`MAX_ENTRIES` tags, clocks, overrides), sane
+clock overrides and a well-typed `capture` run; each problem is one line naming its key path.
+Unknown keys are kept and written back unchanged, so tools newer than this one can add fields
+without losing them here.
 """
 from __future__ import annotations
 
@@ -22,6 +26,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, BinaryIO
+
+from xlayer.bundle.validate import (
+    MAX_CAPTURES,
+    MAX_ENTRIES,
+    json_problem,
+    override_problem,
+    parse_json,
+    run_problem,
+    size_problem,
+)
 
 MANIFEST = "bundle.json"
 VERSION = 1
@@ -136,7 +150,10 @@ def check_relative_path(p: Any, where: str) -> str:
                               "to the bundle directory")
         if ".." in pure.parts:
             raise BundleError(f"{where}: file {p!r} leaves the bundle directory ('..')")
-    if PurePosixPath(p).parts[0] == MANIFEST:
+    parts = PurePosixPath(p).parts
+    if not parts:
+        raise BundleError(f"{where}: file {p!r} names the bundle directory itself, not a file in it")
+    if parts[0] == MANIFEST:
         raise BundleError(f"{where}: file {p!r} names the bundle's own manifest")
     return p
 
@@ -235,6 +252,11 @@ class Bundle:
             raise BundleError(f"{where}: the manifest must be a JSON object, not {_json_type(d)}")
         if "xlayer_bundle" not in d:
             raise BundleError(f"{where}: not an xlayer bundle manifest (no 'xlayer_bundle' key)")
+        # the entry count first (no walk over 100,000 entries of a manifest refused anyway), then
+        # every value (a lone surrogate, NaN, a 5,000-digit integer) before any is used
+        problem = size_problem(d) or json_problem(d)
+        if problem:
+            raise BundleError(f"{where}: {problem}")
         ver = d["xlayer_bundle"]
         if not _is_int(ver) or ver < 1:
             raise BundleError(f"{where}: 'xlayer_bundle' must be a positive integer")
@@ -300,12 +322,16 @@ def check_bundle(b: Bundle, where: str = MANIFEST) -> None:
     if not isinstance(b.tags, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                for k, v in b.tags.items()):
         raise BundleError(f"{where}: 'tags' must be an object of string keys and string values")
+    if len(b.tags) > MAX_ENTRIES:
+        raise BundleError(f"{where}: tags: {len(b.tags)} entries, more than a bundle may have ({MAX_ENTRIES})")
     for k in ("created", "host"):
         v = getattr(b, k)
         if v is not None and not isinstance(v, str):
             raise BundleError(f"{where}: '{k}' must be a string")
     if not isinstance(b.follow_links, bool):
         raise BundleError(f"{where}: 'follow_links' must be true or false")
+    if len(b.captures) > MAX_CAPTURES:
+        raise BundleError(f"{where}: {len(b.captures)} captures, more than a bundle may have ({MAX_CAPTURES})")
     seen: dict[str, str] = {}
     for i, c in enumerate(b.captures):
         check_entry(c, f"{where}: captures[{i}]")
@@ -319,13 +345,18 @@ def check_bundle(b: Bundle, where: str = MANIFEST) -> None:
         sect = getattr(b, name)
         if not isinstance(sect, dict) or not all(isinstance(v, dict) for v in sect.values()):
             raise BundleError(f"{where}: '{name}' must be an object of objects")
+        if len(sect) > MAX_ENTRIES:
+            raise BundleError(f"{where}: {name}: {len(sect)} entries, more than a bundle may have ({MAX_ENTRIES})")
     for clock, ov in b.clock_overrides.items():
-        for k in ("offset_s", "skew_ppm", "anchor_ts"):
-            if k in ov and ov[k] is not None and not _is_num(ov[k]):
-                raise BundleError(f"{where}: clock_overrides.{clock}.{k} must be a number")
+        problem = override_problem(clock, ov)
+        if problem:
+            raise BundleError(f"{where}: {problem}")
     if b.capture is not None:
         if not isinstance(b.capture, dict):
             raise BundleError(f"{where}: 'capture' must be an object")
+        problem = run_problem(b.capture)
+        if problem:
+            raise BundleError(f"{where}: {problem}")
         reason = b.capture.get("stop_reason")
         if reason is not None and reason not in STOP_REASONS:
             raise BundleError(f"{where}: capture.stop_reason {reason!r} is not one of "
@@ -461,11 +492,14 @@ def load_manifest(dir: str | os.PathLike) -> Bundle:
     except UnicodeDecodeError as exc:
         raise BundleError(f"{mf}: not UTF-8 text (byte {exc.start})") from None
     try:
-        obj = json.loads(text)
+        obj = parse_json(text)
     except json.JSONDecodeError as exc:
         raise BundleError(f"{mf}: not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})") from None
     except RecursionError:
         raise BundleError(f"{mf}: not valid JSON (nested too deeply)") from None
+    except ValueError as exc:
+        # parse_json turns overlong numbers into markers; anything the decoder still refuses is one line
+        raise BundleError(f"{mf}: not valid JSON ({str(exc).splitlines()[0] if str(exc) else 'bad value'})") from None
     b = Bundle.from_dict(obj, str(mf))
     b.path = d
     if b.follow_links:
@@ -490,7 +524,11 @@ def open_bundle(path: str | os.PathLike) -> Bundle:
 def write_manifest(dir: str | os.PathLike, bundle: Bundle) -> Path:
     """Validate `bundle` and write it atomically as DIR/bundle.json; return the manifest's path."""
     d = Path(dir)
-    check_bundle(bundle, str(d / MANIFEST))
+    where = str(d / MANIFEST)
+    check_bundle(bundle, where)
+    problem = json_problem(bundle.to_dict())
+    if problem:
+        raise BundleError(f"{where}: {problem}")
     text = json.dumps(bundle.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=f".{MANIFEST}.", suffix=".tmp", dir=d)
     try:

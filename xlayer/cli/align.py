@@ -13,8 +13,15 @@ def cmd_align(args: argparse.Namespace) -> int:
     from xlayer.text import safe_text
     from xlayer.timeline.align import align_bundle
 
-    al = align_bundle(args.bundle, reference=args.reference, decoder=args.decoder,
+    from xlayer.bundle import open_bundle
+    from xlayer.cli.common import require_packets
+
+    bundle = open_bundle(args.bundle)
+    al = align_bundle(bundle, reference=args.reference, decoder=args.decoder,
                       min_matches=args.min_matches, use_tsft=not args.no_tsft)
+    # no capture read: nothing was aligned (exit 2 naming them), not an empty table
+    require_packets(bundle, {c.file: n.removeprefix("not read: ") for c in al.captures
+                             for n in getattr(c, "notes", []) if n.startswith("not read: ")})
     if args.json:
         json.dump(al.as_json(), sys.stdout, indent=2, allow_nan=False)
         print()

@@ -8,7 +8,7 @@ from typing import Any
 
 from xlayer.cli.common import add_timeline_options
 from xlayer.signals import stop_on_signals
-from xlayer.text import clock_text
+from xlayer.text import clock_text, safe_text
 
 
 def summary_text(an: Any) -> str:
@@ -54,13 +54,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     """Analyze a bundle and print the summary or JSON; return the exit code."""
     from xlayer.attribution.analyze import analyze
     from xlayer.attribution.drops import DropConfig
-    from xlayer.cli.common import open_from_args, steps
+    from xlayer.cli.common import open_from_args, require_packets, steps, unread_note
 
     stop_on_signals()
     cfg = DropConfig(threshold=args.threshold, min_duration_s=args.min_duration, min_rate_bps=args.min_rate,
                      min_flow_duration_s=args.min_flow_duration, window=tuple(args.window) if args.window else None)
     with steps("analyze", args.quiet or args.json) as step:
         tl = open_from_args(args, step)
+        require_packets(tl)
         # Every metric table, not only those the causes read: kept in the decode cache, so that `report`
         # and `metrics` after this command read them back instead of computing them again.
         tl.tables(progress=lambda name: step(f"table {name}"))
@@ -70,6 +71,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         print()
     else:
         print(summary_text(an))
+    note = unread_note(tl)
+    if note:
+        print(f"xlayer analyze: note: {safe_text(note)}", file=sys.stderr)
     return 0
 
 

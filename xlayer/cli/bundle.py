@@ -301,9 +301,12 @@ def render_show(d: dict[str, Any]) -> list[str]:
             lines.append(f"    error: {t(c['error'])}")
     lines.append("clocks:")
     clocks, overrides = d.get("clocks") or {}, d.get("clock_overrides") or {}
-    names = list(dict.fromkeys([c["clock"] for c in d["captures"]] + list(clocks) + list(overrides)))
-    for name in names:
-        files = [t(c["file"]) for c in d["captures"] if c["clock"] == name]
+    # grouped in one pass: a manifest of thousands of captures, each on its own clock, stays linear
+    by_clock: dict[str, list[str]] = {}
+    for c in d["captures"]:
+        by_clock.setdefault(c["clock"], []).append(t(c["file"]))
+    for name in dict.fromkeys([*by_clock, *clocks, *overrides]):
+        files = by_clock.get(name, [])
         lines.append(f"  {t(name)}: {', '.join(files) if files else '(no capture)'}")
         info = clocks.get(name) or {}
         if info.get("source") is not None:
@@ -350,7 +353,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         print()
     else:
         print("\n".join(render_show(d)))
-    return 1 if any(c.get("error") for c in d["captures"]) else 0
+    bad = sum(1 for c in d["captures"] if c.get("error"))
+    if bad:
+        print(f"xlayer bundle show: {bad} of {len(d['captures'])} captures could not be read (missing or "
+              "unreadable: see their error)", file=sys.stderr)
+    return 1 if bad else 0
 
 
 def register(subparsers: Any) -> None:
