@@ -209,3 +209,23 @@ def test_cli_monitor_on_lo_exits_2(tmp_path) -> None:
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
     up = subprocess.run(["ip", "-o", "link", "show", "lo"], capture_output=True, text=True)
     assert up.returncode != 0 or "UP" in up.stdout
+
+
+def test_a_ring_is_bounded_so_its_files_fit_in_one_manifest():
+    # an unbounded ring outgrows the manifest's capture cap in a long run and would leave no manifest
+    import argparse
+
+    from xlayer.bundle.validate import MAX_CAPTURES
+    from xlayer.cli import capture as cli_capture
+
+    parser = argparse.ArgumentParser()
+    cli_capture.register(parser.add_subparsers())
+    args = parser.parse_args(["capture", "-o", "x", "--wired", "lo", "--wired", "eth0", "--ring-seconds", "1"])
+    cfg = cli_capture.config_from_args(args, [])
+    assert cfg.ring_files == cli_capture.DEFAULT_RING_FILES and 2 * cfg.ring_files <= MAX_CAPTURES
+    args = parser.parse_args(["capture", "-o", "x", "--wired", "lo", "--wired", "eth0", "--ring-seconds", "1",
+                              "--ring-files", str(MAX_CAPTURES)])
+    with pytest.raises(CaptureSetupError, match="at most"):
+        cli_capture.config_from_args(args, [])
+    args = parser.parse_args(["capture", "-o", "x", "--wired", "lo"])
+    assert cli_capture.config_from_args(args, []).ring_files is None      # no ring: one file

@@ -7,6 +7,9 @@ import sys
 
 import xlayer.acquire.capture as cap
 from xlayer.acquire.sampler import SsFilterError, check_ss_filter
+from xlayer.bundle.validate import MAX_CAPTURES
+
+DEFAULT_RING_FILES = 1000    # per interface, when a ring is asked for without --ring-files
 
 
 def _tag(text: str) -> tuple[str, str]:
@@ -44,9 +47,19 @@ def config_from_args(args: argparse.Namespace, argv: list[str] | None = None) ->
         raise cap.CaptureSetupError(f"--ring-files {args.ring_files}: must be at least 1")
     if args.ring_files and args.ring_size is None and args.ring_seconds is None:
         raise cap.CaptureSetupError("--ring-files needs --ring-size or --ring-seconds")
+    ring_files = args.ring_files
+    if args.ring_size is not None or args.ring_seconds is not None:
+        # every ring file is a capture of the manifest, which holds at most MAX_CAPTURES of them: a ring
+        # without a bound would outgrow it in a long run and leave no manifest
+        most = max(1, (MAX_CAPTURES - len(samplers)) // max(1, len(ifaces)))
+        if ring_files is None:
+            ring_files = min(DEFAULT_RING_FILES, most)
+        elif ring_files > most:
+            raise cap.CaptureSetupError(f"--ring-files {ring_files}: at most {most} with {len(ifaces)} "
+                                        f"interface(s) (a bundle lists at most {MAX_CAPTURES:,} captures)")
     return cap.CaptureConfig(
         out_dir=args.output, ifaces=ifaces, samplers=samplers, snaplen=args.snaplen, bpf=args.filter,
-        ring_size_mb=args.ring_size, ring_seconds=args.ring_seconds, ring_files=args.ring_files,
+        ring_size_mb=args.ring_size, ring_seconds=args.ring_seconds, ring_files=ring_files,
         tags=dict(args.tag or []), tool=args.tool,
         command=["xlayer", *(argv if argv is not None else sys.argv[1:])])
 
@@ -110,7 +123,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ring-seconds", type=_positive, default=None, metavar="S",
                    help="start a new file every S seconds")
     p.add_argument("--ring-files", type=int, default=None, metavar="N",
-                   help="keep only the newest N ring files")
+                   help=f"keep only the newest N ring files per interface (default with a ring: "
+                   f"{DEFAULT_RING_FILES}; a bundle lists at most {MAX_CAPTURES:,} captures)")
     p.add_argument("--tcp-state", action="append", metavar="VANTAGE[=NS]",
                    help="sample `ss -tin` at this vantage (in namespace NS); repeatable")
     p.add_argument("--interval", type=_positive, default=0.05, metavar="S",
