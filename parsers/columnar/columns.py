@@ -122,7 +122,7 @@ def reason_part(reason: str) -> str | None:
     part = _REASON_PARTS.get(reason)
     if part is not None:
         return part
-    if reason.startswith("link type "):
+    if reason.startswith("link type ") or reason.startswith("record: "):
         return None
     if reason.startswith("tcp: option") or reason.startswith("tcp: SACK") or reason.startswith("tcp: MPTCP"):
         return "tcp_options"

@@ -15,6 +15,19 @@ from parsers.decode.reference import decode_record
 from parsers.columnar.span import KIND_DOT11, Span, concat, handed_on
 
 
+# The iface column is UInt16 (parsers.schema); the pcapng reader describes at most that many
+# interfaces, and a record with a larger id from any container is marked here, never wrapped.
+IFACE_MAX = 0xFFFF
+IFACE_TOO_LARGE = f"record: interface id above {IFACE_MAX}, beyond the iface column (UInt16); iface left null"
+
+
+def iface_unfit(iface: np.ndarray) -> np.ndarray | None:
+    """Return a mask of the rows whose interface id does not fit the iface column, or None if all do."""
+    if not len(iface) or (iface.max() <= IFACE_MAX and iface.min() >= 0):
+        return None
+    return (iface > IFACE_MAX) | (iface < 0)
+
+
 def _guarded(fn, buf: np.ndarray, span: Span, out: ColumnBuilder, layer: str) -> Span | None:
     """Run one layer decoder; a bug in it marks its rows malformed instead of killing the file."""
     try:
@@ -57,6 +70,9 @@ def decode_chunk(chunk: RecordChunk, columns: Sequence[str] | Projection | None 
     if chunk.fcs_first is not None and proj.decodes("fcs"):
         out.fcs_verdicts = (chunk.fcs_first, chunk.offset + chunk.caplen, chunk.fcs_ok)
     out.ahead = chunk.ahead
+    unfit = iface_unfit(chunk.iface)
+    if unfit is not None:   # before any layer: a row's first reason is the one kept
+        out.malformed(np.flatnonzero(unfit), IFACE_TOO_LARGE)
     buf = chunk.data
     start = chunk.offset.astype(np.int64)
     end = start + chunk.caplen
@@ -94,20 +110,23 @@ def decode_chunk(chunk: RecordChunk, columns: Sequence[str] | Projection | None 
 
     deferred = np.flatnonzero(out.deferred)
     if len(deferred):
-        _refill(chunk, deferred, out)
+        _refill(chunk, deferred, out, unfit)
     base = {
         "frame": chunk.frame,
         "ts_ns": chunk.ts_ns if chunk.has_ts is None else (chunk.ts_ns, chunk.has_ts), "caplen": chunk.caplen, "wirelen": chunk.wirelen,
-        "linktype": chunk.linktype, "iface": chunk.iface,
+        "linktype": chunk.linktype, "iface": chunk.iface if unfit is None else (chunk.iface, ~unfit),
     }
     if layouts is not None:
         layouts.update(out.text_counts("rt_layout"))
     return out.to_arrow(base), len(deferred)
 
 
-def _refill(chunk: RecordChunk, rows: np.ndarray, out: ColumnBuilder) -> None:
+def _refill(chunk: RecordChunk, rows: np.ndarray, out: ColumnBuilder,
+            unfit: np.ndarray | None = None) -> None:
     """Decode rows the fast path passed down with the reference decoder and write them back."""
     out.clear_rows(rows)
+    if unfit is not None:   # the clearing took the container's reason too: it stays the first
+        out.malformed(rows[unfit[rows]], IFACE_TOO_LARGE)
     for r in rows.tolist():
         o = int(chunk.offset[r])
         data = bytes(chunk.data[o:o + int(chunk.caplen[r])])

@@ -16,7 +16,7 @@ from parsers.columnar.columns import Projection, to_polars
 from parsers.formats.containers import CaptureFile, open_capture
 from parsers.layers.dot11 import WINDOW as DOT11_WINDOW
 from parsers.layers.fcs import radiotap_fcs
-from parsers.decode.fast import decode_chunk
+from parsers.decode.fast import IFACE_TOO_LARGE, decode_chunk, iface_unfit
 from parsers.layers.radiotap import gather_ahead
 from parsers.formats.records import RecordChunk
 from parsers.decode.reference import decode_record
@@ -62,6 +62,7 @@ def _reference_table(chunk: RecordChunk, proj: Projection, layouts: Counter) -> 
     """Decode every record with the per-frame decoder (all layers), then keep the projected columns
     and the malformed reasons the projected fast path would find; count the radiotap layouts."""
     rows = []
+    unfit = iface_unfit(chunk.iface)
     for r in range(len(chunk)):
         o = int(chunk.offset[r])
         row = decode_record(bytes(chunk.data[o:o + int(chunk.caplen[r])]), int(chunk.linktype[r]),
@@ -71,6 +72,8 @@ def _reference_table(chunk: RecordChunk, proj: Projection, layouts: Counter) -> 
                    caplen=int(chunk.caplen[r]),
                    wirelen=int(chunk.wirelen[r]), linktype=int(chunk.linktype[r]),
                    iface=int(chunk.iface[r]))
+        if unfit is not None and unfit[r]:     # as the fast decoder: this reason first, no wrapped id
+            row.update(iface=None, malformed=IFACE_TOO_LARGE)
         if "malformed" in row:
             row["malformed"] = proj.reason(row["malformed"])
         rows.append(row)

@@ -19,6 +19,11 @@ What tshark 4.0.17 does and we follow (each probed with crafted files):
 - time stamps: ticks at if_tsresol (10^-k or 2^-k) converted to ns exactly (floor), plus if_tsoffset.
   tshark 4.0 overflows a 64-bit product for resolutions finer than 10^-10 or 2^-34 and then prints
   wrong fractions; we do not copy that. Values past int64 ns (year 2262) wrap.
+
+Where we part from tshark on purpose: a file may describe at most MAX_INTERFACES interfaces (all
+sections together), so that every interface id fits the packet table's `iface` column (UInt16).
+One more IDB in the first section refuses the file; later, it ends reading there (the rest is
+counted as skipped bytes, with the reason in the stats' error). tshark reads on.
 """
 from __future__ import annotations
 
@@ -45,6 +50,8 @@ _CUSTOM_OPTIONS = {2988, 2989, 19372, 19373}
 _PKT_OPTION_SIZE = {2: ("epb_flags", 4), 4: ("epb_dropcount", 8), 5: ("epb_packetid", 8), 6: ("epb_queue", 4)}
 _ISB_COUNTERS = {4: "ifrecv", 5: "ifdrop", 6: "filteraccept", 7: "osdrop", 8: "usrdeliv"}
 _NS = np.uint64(1_000_000_000)
+# Interface ids are global over the file's sections and land in the UInt16 `iface` column.
+MAX_INTERFACES = 1 << 16
 
 
 class _Blocks:
@@ -67,6 +74,35 @@ class _Blocks:
 
 class _Stop(Exception):
     """The file is damaged here: reading ends with this message."""
+
+
+class _Limit(_Stop):
+    """The file is sound but goes past one of our limits: reading ends with this message."""
+
+
+class _Ifaces:
+    """Per global interface id, what packet blocks need (link type, snaplen, largest caplen, time
+    resolution, offset), as arrays grown by doubling: a file that alternates IDBs and packets then
+    costs O(1) per block instead of a list rebuilt over all its interfaces at every packet run."""
+
+    _DTYPES = {"linktype": np.int64, "snaplen": np.int64, "maxcap": np.int64, "base": np.int64,
+               "exp": np.int64, "offset_ns": np.int64}
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._cols = {k: np.zeros(8, dtype=t) for k, t in self._DTYPES.items()}
+
+    def add(self, **values: int) -> None:
+        """Append one interface's values (every column named)."""
+        if self.n == len(self._cols["linktype"]):
+            self._cols = {k: np.concatenate([c, np.zeros_like(c)]) for k, c in self._cols.items()}
+        for k, c in self._cols.items():
+            c[self.n] = values[k]
+        self.n += 1
+
+    def col(self, name: str) -> np.ndarray:
+        """Return one column over the interfaces described so far ([0] if none, as a default)."""
+        return self._cols[name][:self.n] if self.n else np.zeros(1, dtype=np.int64)
 
 
 class _Cut(Exception):
@@ -111,8 +147,9 @@ class PcapngReader(RecordWalker):
         self.if_stats: dict[int, dict[str, int]] = {}
         self.sections: list[dict[str, str]] = []
         self.next_frame = 1
-        self._res: list[tuple[int, int]] = []      # per global interface: (base, exponent) of if_tsresol
-        self._sec_ifaces: list[int] = []           # global ids of the current section's interfaces
+        self._if = _Ifaces()
+        self._sec_base = 0          # global id of the current section's first interface
+        self._sec_n = 0             # interfaces described so far in the current section
         self.bo = "<"
         n4 = self.size // 4
         self._u32 = {bo: np.frombuffer(mm, dtype=bo + "u4", count=n4) for bo in "<>"}
@@ -137,6 +174,8 @@ class PcapngReader(RecordWalker):
             pos = self._block(0)
             while self.size - pos >= 8 and self._u32_at(pos) == IDB:
                 pos = self._block(pos)
+        except _Limit as e:
+            raise CaptureError(f"{self.name}: {e}") from None
         except _Stop as e:
             raise CaptureError(f"{self.name}: {e} (tshark refuses the file)") from None
         except _Cut:
@@ -246,11 +285,13 @@ class PcapngReader(RecordWalker):
             b.local = np.where(b.is_spb, 0, np.where(is_pb, pb_iface, w2))
             b.origlen = np.where(b.is_spb, w2, w6)
             b.fixed, b.head = np.where(b.is_spb, 16, 32), np.where(b.is_spb, 12, 28)
-        ifaces = np.array(self._sec_ifaces or [0], dtype=np.int64)
-        b.nif = len(self._sec_ifaces)
-        b.gl = ifaces[np.clip(b.local, 0, len(ifaces) - 1)] if len(ifaces) > 1 else np.full(len(o), ifaces[0])
+        # a section's interfaces have consecutive global ids; rows naming none get a stand-in id
+        # (the checks stop reading at the first of them)
+        b.nif = self._sec_n
+        b.gl = (self._sec_base + np.clip(b.local, 0, b.nif - 1) if b.nif
+                else np.zeros(len(o), dtype=np.int64))
         if b.mixed and b.nif:
-            snap = np.array([itf.snaplen for itf in self.interfaces], dtype=np.int64)[b.gl]
+            snap = self._if.col("snaplen")[b.gl]
             spb_cap = np.where(snap > 0, np.minimum(b.origlen, snap), b.origlen)
             b.caplen = np.where(b.is_spb, spb_cap, w5)
         return b
@@ -258,7 +299,7 @@ class PcapngReader(RecordWalker):
     def _checks(self, o: np.ndarray, b: _Blocks) -> list:
         """Return (mask, message) pairs in the order wiretap checks a packet block."""
         u, last = self._u32[self.bo], len(self._u32[self.bo]) - 1
-        maxcap = np.array([max_caplen(itf.linktype) for itf in self.interfaces] or [0], dtype=np.int64)
+        maxcap = self._if.col("maxcap")
         maxcap = maxcap[b.gl] if len(maxcap) > 1 else maxcap[0]
         trail = u[np.minimum((o + b.blen - 4) >> 2, last)].astype(np.int64)
         inside, blen, caplen, fixed = b.inside, b.blen, b.caplen, b.fixed
@@ -323,19 +364,17 @@ class PcapngReader(RecordWalker):
     def _piece(self, o: np.ndarray, b: _Blocks, n: int, comments: dict[int, str]) -> RecordChunk:
         gl, ticks = b.gl[:n], b.ticks[:n]
         timed = ~b.is_spb[:n]
-        present = np.flatnonzero(np.bincount(gl[timed])).tolist() if n else []
-        if len(present) == 1 and not b.mixed:
-            ts = self._ts(ticks, present[0])
+        if n and not b.mixed and gl[0] == gl[-1] and gl.min() == gl.max():   # one interface: the usual
+            ts = self._ts(ticks, int(gl[0]))
         else:
             ts = np.zeros(n, dtype=np.int64)
-            for g in present:
-                sel = timed & (gl == g)
-                ts[sel] = self._ts(ticks[sel], g)
+            if timed.any():
+                ts[timed] = self._ts_many(ticks[timed], gl[timed])
         for t in (EPB, SPB, PB):
             c = int(np.count_nonzero(b.btype[:n] == t))
             if c:
                 self.stats.blocks[_name(t)] = self.stats.blocks.get(_name(t), 0) + c
-        lt = np.array([itf.linktype for itf in self.interfaces] or [0], dtype=np.int64)
+        lt = self._if.col("linktype")
         frame = np.arange(self.next_frame, self.next_frame + n, dtype=np.int64)
         self.next_frame += n
         head = b.head[:n] if b.mixed else b.head
@@ -344,8 +383,18 @@ class PcapngReader(RecordWalker):
                            has_ts=timed if not timed.all() else None)
 
     def _ts(self, ticks: np.ndarray, g: int) -> np.ndarray:
-        base, exp = self._res[g]
-        return ticks_to_ns(ticks, base, exp) + _wrap64(self.interfaces[g].tsoffset_s * 10**9)
+        base, exp = int(self._if.col("base")[g]), int(self._if.col("exp")[g])
+        return ticks_to_ns(ticks, base, exp) + self._if.col("offset_ns")[g]
+
+    def _ts_many(self, ticks: np.ndarray, gl: np.ndarray) -> np.ndarray:
+        """Return the time stamps of rows of several interfaces: one conversion per distinct
+        resolution (at most 256), not per interface."""
+        key = self._if.col("base")[gl] * 256 + self._if.col("exp")[gl]
+        ts = np.empty(len(ticks), dtype=np.int64)
+        for k in np.unique(key).tolist():
+            sel = key == k
+            ts[sel] = ticks_to_ns(ticks[sel], k // 256, k % 256)
+        return ts + self._if.col("offset_ns")[gl]
 
     # ---- one block of any type, off the hot path
     def _u32_at(self, pos: int, bo: str | None = None) -> int:
@@ -380,7 +429,7 @@ class PcapngReader(RecordWalker):
             elif btype in (CB, DCB) and blen < 16:
                 raise _Stop(f"total block length {blen} of a CB is too small (< 16)")
         except _Stop as e:
-            raise _Stop(f"{_name(btype)} at offset {pos}: {e}") from None
+            raise type(e)(f"{_name(btype)} at offset {pos}: {e}") from None
         # wiretap compares the trailing length last, after the body was read
         if self._u32_at(end, bo) != blen:
             raise _Stop(f"{_name(btype)} at offset {pos}: total block lengths (first {blen} and second "
@@ -406,12 +455,15 @@ class PcapngReader(RecordWalker):
             elif code in (2, 3, 4):
                 info[("hardware", "os", "userappl")[code - 2]] = text
         self.sections.append(info)
-        self._sec_ifaces = []
+        self._sec_base, self._sec_n = len(self.interfaces), 0
         self.stats.sections += 1
 
     def _idb(self, body: int, end: int, bo: str) -> None:
         if end - body < 8:
             raise _Stop(f"IDB of {end - body + 12} bytes is less than the minimum 20")
+        if len(self.interfaces) >= MAX_INTERFACES:
+            raise _Limit(f"more than {MAX_INTERFACES} interfaces in the file: xlayer reads at most "
+                         f"{MAX_INTERFACES} (interface ids 0-{MAX_INTERFACES - 1})")
         linktype, _reserved, snaplen = struct.unpack_from(bo + "HHI", self.mm, body)
         itf = Interface(linktype=linktype, snaplen=snaplen, tsresol_num=1000, tsresol_den=1,
                         section=self.stats.sections - 1)
@@ -428,9 +480,10 @@ class PcapngReader(RecordWalker):
             elif code == 14 and len(val) == 8:
                 itf.tsoffset_s = struct.unpack(bo + "q", val)[0]
         itf.tsresol_num, itf.tsresol_den = _ratio(*res)
-        self._sec_ifaces.append(len(self.interfaces))
+        self._if.add(linktype=linktype, snaplen=snaplen, maxcap=max_caplen(linktype), base=res[0],
+                     exp=res[1], offset_ns=_wrap64(itf.tsoffset_s * 10**9))
+        self._sec_n += 1
         self.interfaces.append(itf)
-        self._res.append(res)
 
     def _nrb(self, body: int, end: int, bo: str) -> None:
         p = body
@@ -467,9 +520,9 @@ class PcapngReader(RecordWalker):
             raise _Stop(f"total block length {end - body + 12} of an ISB is too small (< 24)")
         local, hi, lo = struct.unpack_from(bo + "III", self.mm, body)
         opts = self._options(body + 12, end)
-        if local >= len(self._sec_ifaces):
+        if local >= self._sec_n:
             return   # tshark ignores it too
-        g = self._sec_ifaces[local]
+        g = self._sec_base + local
         rec = self.if_stats.setdefault(g, {})
         rec["ts_ns"] = self._one_ts(g, (hi << 32) | lo)
         for code, val in opts:
