@@ -42,6 +42,7 @@ from xlayer.attribution.incidents import Analysis, Incident
 from xlayer.metrics import open_timeline
 from xlayer.text import iso_ns
 from xlayer.timeline import Timeline
+from xlayer.timeline.open import read_notes
 
 MIN_CONFIDENCE = 0.2
 
@@ -289,25 +290,6 @@ def flow_notes(tl: Timeline, chosen: pl.DataFrame, cfg: DropConfig) -> list[str]
         lines.append(f"left out of drop detection ({rest.height} flow{'s' if rest.height != 1 else ''} "
                      f"below --min-rate or --min-flow-duration): {named}")
     return lines
-
-
-def read_notes(tl: Timeline) -> list[str]:
-    """Return one line per capture whose reading skipped or could not fully decode records (with the counts)."""
-    out = []
-    for f, st in getattr(tl, "read_stats", {}).items():
-        bits = []
-        if st.malformed:
-            top = ", ".join(f"{r} x{n}" for r, n in st.malformed_reasons.most_common(2))
-            bits.append(f"{st.malformed:,} of {st.records:,} records malformed ({top})")
-        if st.truncated_tail:
-            bits.append("the file ends inside its last record (skipped)")
-        if st.skipped_bytes:
-            bits.append(f"{st.skipped_bytes:,} bytes skipped")
-        if st.error:
-            bits.append(f"reading stopped early: {st.error}")
-        if bits:
-            out.append(f"{f}: " + "; ".join(bits))
-    return out
 
 
 def _flow_summary(ctx: Context, chosen: pl.DataFrame, g: pl.DataFrame) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ made it.  `xlayer.attribution.causes.delaysplit` splits each packet's delay (the
 what the AP's transmit line was doing while it waited and while it was sent: retransmissions,
 further fragments, one hog station's service, plain work, and the wired path before the AP.  The
 part that grew the most against outside the drop windows is what changed; it is the root when the
-late packets' delay reached half the RTO and that part makes at least `ROOT_MIN_SHARE` of it
+late packets' delay reached half the RTO and that part made at least `ROOT_MIN_SHARE` of its increase
 (`root_cause`: plain queueing behind normally served packets is a root only as a full queue).  The
 finding of that cause takes the consequence's rank and the consequence follows it, saying why
 (`explained_by`, `because`).  When no cause module scored that root in the window (its own signs
@@ -35,7 +35,7 @@ from xlayer.attribution.causes.base import Context, Window
 from xlayer.attribution.incidents import CauseFinding
 
 ROOT_MIN_RTO_SHARE = 0.5        # the late packets' delay reached this share of the RTO
-ROOT_MIN_SHARE = 0.25           # the growing part is at least this share of their delay
+ROOT_MIN_SHARE = 0.3            # the part made at least this share of the late packets' delay increase
 LABEL = {"retry": "MAC retry time", "fragments": "fragment time", "hog": "time the AP served one station",
          "load": "AP queue sojourn", "wired": "wired path delay"}
 
@@ -50,20 +50,23 @@ def root_cause(sp: delaysplit.Split, found: dict[str, CauseFinding]) -> tuple[st
 
     Plain queueing behind normally served packets is a root only as a full queue
     (`ap_queue_overflow` found); otherwise the cause part (retries, fragments, a hog) that grew the
-    most is, when it makes `ROOT_MIN_SHARE` of the late packets' delay.
+    most is, when it made `ROOT_MIN_SHARE` of the increase of the late packets' delay.  A station
+    holding the line on a good link is slow because its MAC keeps trying (its data or its RTS unanswered:
+    a deaf or interfered receiver), unless its further fragments are what takes the time.
     """
     part = max(("hog", "retry", "fragments"), key=sp.increase)
     if "ap_queue_overflow" in found and sp.increase("load") >= sp.increase(part):
         return "ap_queue_overflow", "load"
-    if sp.increase(part) <= 0 or sp.inside[part] < ROOT_MIN_SHARE * sp.total_ms:
+    grew = sum(sp.increase(k) for k in delaysplit.PARTS)
+    if sp.increase(part) <= 0 or sp.increase(part) < ROOT_MIN_SHARE * grew:
         return None
     if part == "hog" and sp.hog is not None:
         h = sp.hog
         if h.weak_link:
             return performance_anomaly.NAME, part
-        if h.retry_share >= h.fragments_share and h.retry_share >= 0.25:
-            return ("interference" if "interference" in found else mac_retries.NAME), part
-        return (fragmentation.NAME if h.fragments_share > 0.25 else performance_anomaly.NAME), part
+        if h.fragments_share > 0.25 and h.fragments_share > h.retry_share:
+            return fragmentation.NAME, part
+        return ("interference" if "interference" in found else mac_retries.NAME), part
     if part == "retry":
         return ("interference" if "interference" in found else mac_retries.NAME), part
     return fragmentation.NAME, part

@@ -23,11 +23,15 @@ How a clock is fitted (`xlayer.timeline.match` for matching, `xlayer.timeline.fi
 * wired <-> wired and air <-> wired, **two-way**: packets matched on the fields no hop rewrites
   (IPv4 id, addresses, protocol, lengths, ports, TCP seq/ack/flags/TSval...; unencrypted 802.11 data
   decodes into the same columns).  Per host pair the direction whose delays are larger is the one
-  from the known clock to the unknown one.  The lower bound of the forward one-way delay and the
-  upper bound of the reverse one (Moon/Skelly/Towsley hull line, refined to the least-squares line of
-  the unqueued band above it) enclose the clock's error; the offset is their midpoint (exact when
-  the minimum delays both ways are equal), the skew their common slope.  Host pairs seen one way
-  only are sorted by their side of that line (or by TTL) and added.
+  from the known clock to the unknown one.  The minimum-delay envelope of each direction (the line
+  the packets that met no queue rest on, found on per-window minima: `xlayer.timeline.fit`) bound
+  the clock's error from both sides; the offset is their midpoint (exact when the minimum delays
+  both ways are equal), the skew their common slope.  A direction that queued nearly all along (a
+  full AP queue) gives no credible envelope: then the other one gives the skew, and the offset lies
+  midway to the queued direction's lowest points.  Between an air capture and a host, the direction
+  out of the air (a frame's end to the host's stamp: no medium access, no airtime) gives the offset
+  alone when its envelope is credible.  Host pairs seen one way only are sorted by their side of
+  that line (or by TTL) and added.
 * **one-way**: only one direction was seen; the unqueued delay is taken as 0 (an upper bound of the
   error by the minimum delay).
 * air <-> air, **simultaneous**: the same frame (TA, RA, seq, frag, retry, type, TID, ...) and
@@ -40,9 +44,9 @@ How a clock is fitted (`xlayer.timeline.match` for matching, `xlayer.timeline.fi
   (`xlayer.timeline.size`), used only when the keyed matches give nothing.
 
 Every pair of clocks with matches is fitted; a clock is then reached from the reference along the
-chain whose links are least uncertain in sum (a two-way link's uncertainty is half the gap between
-its delay envelopes, where the truth must lie, plus its scatter; one-way links cost 1 ms), and the
-lines along the chain are composed (method "... via CLOCK").  So a station's clock may be aligned
+chain whose links are least uncertain in sum (a link's uncertainty is the fit's: for a two-way link
+half the gap between its delay envelopes, where the truth must lie, plus its scatter and the skew's
+drift; one-way links 1 ms), and the lines along the chain are composed (method "... via CLOCK").  So a station's clock may be aligned
 through the sniffer (both short links) rather than straight to the server across the AP's queue.
 `clock_overrides` in the manifest ({clock: {offset_s, skew_ppm, anchor_ts}}, the same convention;
 anchor_ts defaults to 0, so give it whenever skew_ppm is not 0) win over any fit; they can anchor
@@ -56,6 +60,13 @@ had no matches of its own but shares a fitted clock (a host-state file, a second
 and `apply` leaves that capture's stamps as they are unless told otherwise).  `matched` counts the
 matched packets of that capture used for its clock's fit (reference captures: all their matches);
 `residual_us` is the RMS distance of the fitted packets from their lines, in microseconds.
+`envelope_points` counts the matched packets on the delay floors its clock's last link rests on (the
+unqueued ones), `uncertainty_us` how far off the offset may be (the links' uncertainties summed
+along the chain; 0 for the reference, None when unknown: overrides, unmatched), `confidence` maps it
+to 0..1 (0.5 at 100 us), and `status` says whether to trust it: "aligned"; "poor: <reason>" (the
+first link of the chain that is uncertain by more than 100 us, has no credible envelope either
+way, or whose envelopes cross; or packets seen one way only); "cannot align: <reason>" (unmatched:
+offset, skew and anchor are None).
 An air capture whose host stamps mark a frame's start rather than its end (unusual) says so with
 `"ts_point": "start"` in its manifest entry.
 """
@@ -184,6 +195,10 @@ class CaptureAlignment:
     residual_us: float | None
     method: str
     notes: list[str] = field(default_factory=list)
+    status: str = "aligned"              # "aligned", "poor: <reason>" or "cannot align: <reason>"
+    confidence: float | None = None      # 0..1 from the uncertainty (1 for the reference)
+    uncertainty_us: float | None = None  # how far off the offset may be, summed along the chain
+    envelope_points: int = 0             # matched packets on the delay floors of its clock's fit
 
     @property
     def aligned(self) -> bool:
@@ -203,7 +218,9 @@ class CaptureAlignment:
     def as_json(self) -> dict[str, Any]:
         return {"file": self.file, "vantage": self.vantage, "offset_s": self.offset_s,
                 "skew_ppm": self.skew_ppm, "anchor_ts": self.anchor_ts, "matched": self.matched,
-                "residual_us": self.residual_us, "method": self.method}
+                "residual_us": self.residual_us, "method": self.method, "status": self.status,
+                "confidence": self.confidence, "uncertainty_us": self.uncertainty_us,
+                "envelope_points": self.envelope_points}
 
 
 @dataclass
@@ -232,18 +249,20 @@ class Alignment:
 
     def table(self) -> str:
         """Return a readable table of the result."""
-        head = ("file", "vantage", "clock", "offset_s", "skew_ppm", "anchor_ts", "matched", "resid_us", "method")
+        head = ("file", "vantage", "clock", "offset_s", "skew_ppm", "anchor_ts", "matched", "resid_us", "unc_us",
+                "method", "status")
         rows = []
         for c in self.captures:
             rows.append((c.file, c.vantage, c.clock,
                          "-" if c.offset_s is None else f"{c.offset_s:+.9f}",
                          "-" if c.skew_ppm is None else f"{c.skew_ppm:+.3f}",
                          "-" if c.anchor_ts is None else f"{c.anchor_ts:.3f}",
-                         str(c.matched), "-" if c.residual_us is None else f"{c.residual_us:.1f}", c.method))
+                         str(c.matched), "-" if c.residual_us is None else f"{c.residual_us:.1f}",
+                         "-" if c.uncertainty_us is None else f"{c.uncertainty_us:.1f}", c.method, c.status))
         w = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
         lines = [f"reference: {self.reference} (clock {self.reference_clock})",
                  "  ".join(h.ljust(w[i]) for i, h in enumerate(head))]
-        lines += ["  ".join(v.ljust(w[i]) if i in (0, 1, 2, 8) else v.rjust(w[i]) for i, v in enumerate(r))
+        lines += ["  ".join(v.ljust(w[i]) if i in (0, 1, 2, 9, 10) else v.rjust(w[i]) for i, v in enumerate(r))
                   for r in rows]
         for c in self.captures:
             for n in c.notes:
@@ -290,13 +309,32 @@ def _orient_ip(j: pl.DataFrame, flip: bool) -> pl.DataFrame:
     return j.rename({"tAs": "tUs", "tAe": "tUe", "tBs": "tKs", "tBe": "tKe", "ttl_a": "ttl_u", "ttl_b": "ttl_k"})
 
 
-def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False) -> tuple[fitm.ClockFit, int, dict[str, int]] | None:
-    """Return (fit, anchor_ns, matched per file) of the unknown clock against the known one, or None."""
+def _air_exit(pairs: list[tuple[str, str, pl.DataFrame]], kinds: Mapping[str, str]) -> str | None:
+    """Return the direction ("forward": K->U, "reverse") that leaves the air, if every pair has one air side."""
+    sides = {(kinds.get(kf) == "air", kinds.get(uf) == "air") for kf, uf, _ in pairs}
+    if sides == {(False, True)}:
+        return "reverse"
+    if sides == {(True, False)}:
+        return "forward"
+    return None
+
+
+def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False,
+              kinds: Mapping[str, str] | None = None) -> tuple[fitm.ClockFit, int, dict[str, int]] | None:
+    """Return (fit, anchor_ns, matched per file) of the unknown clock against the known one, or None.
+
+    kinds: capture kind by file; a frame's end at a sniffer reaches a host with no medium access
+    and no airtime in between, so that direction's floor is preferred for the offset (fitm.two_way).
+    """
     per_file: dict[str, int] = {}
     frs = [(kf, uf, d) for kf, uf, d in edge.fr if d.height]
     n_fr = sum(d.height for _, _, d in frs)
     ips = [(kf, uf, d) for kf, uf, d in edge.ip if d.height]
     n_ip = sum(d.height for _, _, d in ips)
+    prefer = _air_exit(ips, kinds or {})
+    # Serialization is in a wired edge's delays (stamps at a frame's two ends); an air frame's
+    # airtime is already taken out by its stamps (xlayer.timeline.match).
+    wired = bool(kinds) and all(kinds.get(kf) != "air" and kinds.get(uf) != "air" for kf, uf, _ in ips)
     if n_fr >= max(min_matches, MIN_SIMULTANEOUS) or (n_fr >= min_matches and n_ip < min_matches):
         tK = np.concatenate([d["tK"].to_numpy() for _, _, d in frs])
         tU = np.concatenate([d["tU"].to_numpy() for _, _, d in frs])
@@ -313,6 +351,7 @@ def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False) -> tuple[f
         per_file[kf] = per_file.get(kf, 0) + d.height
         per_file[uf] = per_file.get(uf, 0) + d.height
     m = pl.concat([d.select("tKs", "tKe", "tUs", "tUe", "pair", "orient", "ttl_k", "ttl_u",
+                            pl.col("len").cast(pl.Int32) if "len" in d.columns else pl.lit(None, dtype=pl.Int32).alias("len"),
                             pl.lit(i, dtype=pl.Int32).alias("cp")) for i, (_, _, d) in enumerate(ips)],
                   rechunk=False)
     edge.ip.clear()
@@ -336,7 +375,7 @@ def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False) -> tuple[f
                        .otherwise(ttl_dir).cast(pl.Int8).alias("dir")).drop("k", "fwd_orient")
     # x: the unknown clock's time relative to the anchor; y: t_U - t_K with the right frame ends.
     xy = m.select(
-        "dir",
+        "dir", "len",
         pl.when(pl.col("dir") >= 0).then(pl.col("tUs") - anchor).otherwise(pl.col("tUe") - anchor)
         .cast(pl.Float64).alias("x"),
         pl.when(pl.col("dir") >= 0).then(pl.col("tUs") - pl.col("tKe")).otherwise(pl.col("tUe") - pl.col("tKs"))
@@ -344,15 +383,17 @@ def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False) -> tuple[f
     unk = m.filter(pl.col("dir") == 0).with_columns(xy.filter(pl.col("dir") == 0)["x"])
     del m
 
-    def arr(xy: pl.DataFrame, d: int) -> tuple[np.ndarray, np.ndarray]:
+    def arr(xy: pl.DataFrame, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         sel = xy.filter((pl.col("dir") == d) & pl.col("y").is_not_null())
-        return sel["x"].to_numpy(), sel["y"].to_numpy()
+        ln = sel["len"]
+        return (sel["x"].to_numpy(), sel["y"].to_numpy(),
+                None if ln.null_count() else ln.cast(pl.Float64).to_numpy())
 
-    xf, yf = arr(xy, 1)
-    xr, yr = arr(xy, -1)
+    xf, yf, sf = arr(xy, 1)
+    xr, yr, sr = arr(xy, -1)
     del xy
     if len(xf) >= 2 and len(xr) >= 2:
-        fit = fitm.two_way(xf, yf, xr, yr)
+        fit = fitm.two_way(xf, yf, xr, yr, prefer, sizes=(sf, sr) if wired else (None, None))
         if unk.height:
             # Host pairs seen one way only: their side of the fitted line says their direction.
             unk = unk.with_columns((pl.col("y0") - (fit.a + fit.s * pl.col("x"))).alias("r"))
@@ -364,7 +405,9 @@ def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False) -> tuple[f
             yf = np.concatenate([yf, (up["tUs"] - up["tKe"]).cast(pl.Float64).to_numpy()])
             xr = np.concatenate([xr, (dn["tUe"] - anchor).cast(pl.Float64).to_numpy()])
             yr = np.concatenate([yr, (dn["tUe"] - dn["tKs"]).cast(pl.Float64).to_numpy()])
-            fit = fitm.two_way(xf, yf, xr, yr)
+            sf = None if sf is None or up["len"].null_count() else np.concatenate([sf, up["len"].to_numpy()])
+            sr = None if sr is None or dn["len"].null_count() else np.concatenate([sr, dn["len"].to_numpy()])
+            fit = fitm.two_way(xf, yf, xr, yr, prefer, sizes=(sf, sr) if wired else (None, None))
         fit.method = "two-way:size" if size_only else "two-way:ip"
     elif len(xf) + len(xr) >= max(min_matches, 2) and (len(xf) < 2 or len(xr) < 2) and (len(xf) or len(xr)):
         fwd = len(xf) >= len(xr)
@@ -379,6 +422,8 @@ def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False) -> tuple[f
         fit = fitm.simultaneous(x, y)
         fit.method = "one-way:ip"
         fit.notes.append("direction of the packets unknown: the delay between the vantages is taken as 0")
+        fit.uncertainty_ns = max(fit.uncertainty_ns, 1e6)
+        fit.status = "poor: the direction of the matched packets is unknown, the offset is a bound"
     return fit, anchor, per_file
 
 
@@ -448,6 +493,7 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
     import xlayer.timeline.size as align_size
 
     clock_of = {e.file: e.clock for e in packet}
+    kind_of = {e.file: e.kind for e in packet}
     files = [e.file for e in packet if e.file in obs]
     by_clocks: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for i, fa in enumerate(files):
@@ -479,7 +525,8 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
                         else:
                             sm = sm.rename({"tAirS": "tBs", "tAirE": "tBe", "tW": "tAs"}).with_columns(
                                 pl.col("tAs").alias("tAe"))
-                        j = sm.select("tAs", "tAe", "tBs", "tBe", "pair", "orient", "ttl_a", "ttl_b")
+                        j = sm.select("tAs", "tAe", "tBs", "tBe", "pair", "orient", "ttl_a", "ttl_b",
+                                      pl.lit(None, dtype=pl.Int32).alias("len"))
                         size_pairs.add((fa, fb))
                 ip_m[(fa, fb)] = j
             matched_any[fa] = matched_any.get(fa, 0) + j.height
@@ -495,7 +542,7 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
         # (the truth lies between them), plus the scatter.  Chains are chosen by the sum of costs:
         # two short links (sniffer - server, station - sniffer) beat one long one (station - server
         # across the AP).
-        res = _fit_edge(edge, min_matches, size_only=size_only)
+        res = _fit_edge(edge, min_matches, size_only=size_only, kinds=kind_of)
         del edge
         if res is None:
             continue
@@ -527,7 +574,7 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
     info: dict[str, dict[str, Any]] = {}
     for c in known:
         info[c] = {"method": "override" if c in overrides else "reference", "via": None, "matched": {},
-                   "residual_us": None}
+                   "residual_us": None, "uncertainty_ns": 0.0, "status": "aligned", "n_floor": 0}
     done: set[str] = set()
     while heap:
         d, c, pred = heapq.heappop(heap)
@@ -549,6 +596,10 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
                        "residual_us": round(fit.residual_ns / 1e3, 3) if math.isfinite(fit.residual_ns) else None,
                        "delay_us": round(fit.delay_ns / 1e3, 3) if math.isfinite(fit.delay_ns) else None,
                        "n": fit.n, "n_fwd": fit.n_fwd, "n_rev": fit.n_rev, "notes": list(fit.notes),
+                       "n_floor": fit.n_floor, "coverage_fwd": _r3(fit.coverage_fwd),
+                       "coverage_rev": _r3(fit.coverage_rev),
+                       "uncertainty_ns": info[pred]["uncertainty_ns"] + _uncertainty(fit),
+                       "status": _chain_status(fit, info[pred]["status"], pred, c),
                        "edge": {"offset_s": edge_map.offset_s, "skew_ppm": edge_map.skew_ppm,
                                 "anchor_ts": edge_map.anchor_ts}}
         done.add(c)
@@ -570,9 +621,12 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
         mp = maps.get(e.clock)
         inf = info.get(e.clock, {})
         if mp is None:
+            why = ("the capture could not be read" if e.file in errors else
+                   "not a packet capture, and no packet capture shares its clock" if not e.is_packets else
+                   f"fewer than {min_matches} of its packets matched a capture on an aligned clock")
             out.append(CaptureAlignment(e.file, e.vantage, e.clock, e.kind, None, None, None,
                                         matched_any.get(e.file, 0) if e.file in obs else 0, None, "unmatched",
-                                        notes))
+                                        notes, status=f"cannot align: {why}", confidence=0.0))
             continue
         method = inf["method"]
         if method == "reference":
@@ -585,7 +639,7 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
             # Report the manifest's numbers as written, not after a round trip through ppm * 1e-6.
             out.append(CaptureAlignment(e.file, e.vantage, e.clock, e.kind, float(ov.get("offset_s") or 0.0),
                                         float(ov.get("skew_ppm") or 0.0), float(ov.get("anchor_ts") or 0.0),
-                                        int(n), resid, method, notes))
+                                        int(n), resid, method, notes, status="aligned"))
             continue
         else:
             n = inf["matched"].get(e.file, 0)
@@ -593,8 +647,13 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
             if n == 0 and first_of_clock.get(e.clock):
                 method += f" (same clock as {first_of_clock[e.clock]})"
             notes.extend(inf.get("notes", []))
+        unc = inf.get("uncertainty_ns")
+        ours = method == "reference" or n > 0
         out.append(CaptureAlignment(e.file, e.vantage, e.clock, e.kind, mp.offset_s, mp.skew_ppm, mp.anchor_ts,
-                                    int(n), resid, method, notes))
+                                    int(n), resid, method, notes, status=inf.get("status", "aligned"),
+                                    confidence=_confidence(unc),
+                                    uncertainty_us=None if unc is None else round(unc / 1e3, 1),
+                                    envelope_points=int(inf.get("n_floor", 0)) if ours else 0))
     clock_info = {}
     for c in clocks:
         mp = maps.get(c)
@@ -607,16 +666,35 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
     return Alignment(ref_vantage, ref_clock, out, clock_info, seconds=time.perf_counter() - t0)
 
 
+def _r3(v: float) -> float | None:
+    return round(v, 3) if math.isfinite(v) else None
+
+
+def _uncertainty(fit: fitm.ClockFit) -> float:
+    """Return how far off (ns) an edge's offset may be (1 ms when the fit could not say)."""
+    u = fit.uncertainty_ns
+    return float(u) if math.isfinite(u) else 1e6
+
+
 def _edge_cost(fit: fitm.ClockFit) -> float:
-    """Return how uncertain (ns) an edge's offset is, for choosing chains."""
-    scatter = (fit.residual_ns if math.isfinite(fit.residual_ns) else 1e6) / math.sqrt(max(fit.n, 1))
-    if fit.method.startswith("two-way"):
-        cost = abs(fit.delay_ns) if math.isfinite(fit.delay_ns) else 1e6
-    elif fit.method.startswith("simultaneous"):
-        cost = 0.0
-    else:
-        cost = 1e6                       # one-way: the delay is unknown
-    return cost + scatter + 1_000.0 + (1e5 if fit.offset_only else 0.0)
+    """Return the cost (ns) of an edge for choosing chains: its uncertainty, plus 1 us a link."""
+    return _uncertainty(fit) + 1_000.0 + (1e5 if fit.offset_only else 0.0)
+
+
+def _chain_status(fit: fitm.ClockFit, before: str, known: str, clock: str) -> str:
+    """Return the status of a clock reached from `known` (whose status is `before`) through `fit`."""
+    if before.startswith("poor"):
+        return before
+    if fit.status.startswith("poor"):
+        return fit.status + f" (clock {known} to {clock})"
+    return "aligned"
+
+
+def _confidence(unc_ns: float | None) -> float | None:
+    """Return 0..1 from an offset's uncertainty: 0.5 at 100 us (1 at 0, 0.01 at 1 ms)."""
+    if unc_ns is None or not math.isfinite(unc_ns):
+        return None
+    return round(1.0 / (1.0 + (unc_ns / fitm.POOR_NS) ** 2), 3)
 
 
 def _size_only(known: str, unknown: str, ip_m: dict, size_pairs: set, clock_of: dict[str, str]) -> bool:

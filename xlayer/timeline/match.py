@@ -65,7 +65,7 @@ class Observations:
 
     file: str
     kind: str
-    ip: pl.DataFrame                  # key, t_s, t_e, pair, orient, ttl
+    ip: pl.DataFrame                  # key, t_s, t_e, pair, orient, ttl, len (IP length)
     fr: pl.DataFrame | None = None    # key, t
     sz: pl.DataFrame | None = None    # protected data frames: t_s, t_e, sta, down, mpdu, retry, pn
     wired_sz: pl.DataFrame | None = None   # wired packets for the size path: t, mac_src, mac_dst, ip_len
@@ -301,9 +301,9 @@ def observe(df: pl.DataFrame, file: str, kind: str, ts_point: str = "end", use_t
         n = d.height
         d = d.lazy().filter(pl.col("ip_version").is_not_null())
         ip = (d.select(_key_expr().alias("key"), pl.col("ts_ns").cast(pl.Int64).alias("t_s"), *_pair_exprs(),
-                       pl.col("ip_ttl").cast(pl.Int16).alias("ttl"))
+                       pl.col("ip_ttl").cast(pl.Int16).alias("ttl"), pl.col("ip_len").cast(pl.Int32).alias("len"))
               .filter(pl.len().over("key") == 1)
-              .select("key", "t_s", pl.col("t_s").alias("t_e"), "pair", "orient", "ttl").collect())
+              .select("key", "t_s", pl.col("t_s").alias("t_e"), "pair", "orient", "ttl", "len").collect())
         wsz = None
         if sizes:
             wsz = d.select(pl.col("ts_ns").cast(pl.Int64).alias("t"), pl.col("eth_src"), pl.col("eth_dst"),
@@ -359,7 +359,7 @@ def observe(df: pl.DataFrame, file: str, kind: str, ts_point: str = "end", use_t
     is_ip = (pl.col("wlan_type") == 2) & pl.col("ip_version").is_not_null()
     att = (df.select(is_ip.alias("is_ip"), _key_expr().alias("key"), pl.col("ts_ns").cast(pl.Int64),
                      pl.col("wlan_retry").fill_null(False).alias("rt"), *_pair_exprs(),
-                     pl.col("ip_ttl").cast(pl.Int16).alias("ttl"))
+                     pl.col("ip_ttl").cast(pl.Int16).alias("ttl"), pl.col("ip_len").cast(pl.Int32).alias("len"))
            .with_columns(pl.Series("t_s", txop), t_e)
            .filter(pl.col("is_ip")).drop("is_ip").sort("key", "ts_ns"))
     del txop
@@ -371,7 +371,7 @@ def observe(df: pl.DataFrame, file: str, kind: str, ts_point: str = "end", use_t
           .with_columns(pl.when(pl.col("rt")).then(None).otherwise(pl.col("t_e")).alias("t_e"),
                         span.alias("span"))
           .filter(pl.col("span") <= RETRY_SPAN_NS)
-          .select("key", "t_s", "t_e", "pair", "orient", "ttl"))
+          .select("key", "t_s", "t_e", "pair", "orient", "ttl", "len"))
     del att, key, first, last, span
     fr = None
     if frames:
@@ -416,11 +416,11 @@ def observe(df: pl.DataFrame, file: str, kind: str, ts_point: str = "end", use_t
 
 
 def match_ip(a: Observations, b: Observations) -> pl.DataFrame:
-    """Return the IP packets both captures saw: tAs, tAe, tBs, tBe, pair, orient, ttl_a, ttl_b."""
+    """Return the IP packets both captures saw: tAs, tAe, tBs, tBe, pair, orient, ttl_a, ttl_b, len (IP length)."""
     j = a.ip.join(b.ip.select("key", "t_s", "t_e", "ttl"), on="key", how="inner", suffix="_b")
     return j.select(pl.col("t_s").alias("tAs"), pl.col("t_e").alias("tAe"), pl.col("t_s_b").alias("tBs"),
                     pl.col("t_e_b").alias("tBe"), "pair", "orient", pl.col("ttl").alias("ttl_a"),
-                    pl.col("ttl_b"))
+                    pl.col("ttl_b"), "len")
 
 
 def match_frames(a: Observations, b: Observations) -> pl.DataFrame:

@@ -66,9 +66,16 @@ def from_delay(ctx: Context, w: Window, split: delaysplit.Split, conf: float) ->
     stations = retried["station"].drop_nulls().unique(maintain_order=True).to_list()[:3]
     h = split.hog
     who = f"; most to {h.station} ({h.retry_share:.0%} of its service time)" if h is not None else ""
-    text = (f"MAC retransmissions held the AP's transmit line: the late packets waited "
-            f"{split.inside['retry']:.0f} ms of their {split.total_ms:.0f} ms on retries "
-            f"({split.outside.get('retry', 0.0):.0f} ms outside the drops){who}")
+    if h is not None and split.increase("hog") > split.increase("retry"):
+        rate = f" at {h.rate_mbps:.1f} Mbit/s like the others" if h.rate_mbps is not None else ""
+        text = (f"{h.station} held the AP's transmit line {h.service_share:.0%} of the time for {h.packet_share:.0%} "
+                f"of the packets on a good link{rate}: its frames (or their RTS) went unanswered and were "
+                f"sent again; the late packets waited {split.inside['hog']:.0f} ms of their "
+                f"{split.total_ms:.0f} ms behind it")
+    else:
+        text = (f"MAC retransmissions held the AP's transmit line: the late packets waited "
+                f"{split.inside['retry']:.0f} ms of their {split.total_ms:.0f} ms on retries "
+                f"({split.outside.get('retry', 0.0):.0f} ms outside the drops){who}")
     nums = {"delay_ms": {k: round(v, 3) for k, v in split.inside.items()},
             "retry_time_share": _retry_time(d), "retries": int(att["retry"].sum()) if att.height else 0,
             "attempts": att.height}

@@ -80,7 +80,8 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     """Return the evidence of the performance anomaly in the window."""
     ss = ctx.between("station_series", w.start_ns, w.end_ns, col="bin_start_ns")
     a = _assess(ss)
-    h = delaysplit.find_hog(ctx, w)
+    # the condition holds while it holds: read in the window itself, not from before it
+    h = delaysplit.find_hog(ctx, w, ctx.between("delay", w.start_ns, w.end_ns))
     hc = _hog_conf(h)
     if h is not None and hc >= 0.05 and (a is None or hc > a[0]):
         return _hog_finding(ctx, h, hc)
@@ -125,6 +126,18 @@ def _propose_hog(ctx: Context) -> list[Window]:
     if d.height == 0:
         return []
     lo, hi = int(d["ts_ns"].min()), int(d["ts_ns"].max())
+    # The condition is the slow station's presence: over the span its packets are sent among the
+    # others', if the anomaly holds over all of it, that span is the window (slowest station first).
+    per = (d.group_by("station").agg(pl.len().alias("n"), pl.col("service_ns").mean().alias("c"),
+                                     pl.col("ts_ns").min().alias("s"), pl.col("ts_ns").max().alias("e"))
+           .filter(pl.col("n") >= delaysplit.MIN_PACKETS).sort("c", descending=True))
+    for st, s, e in per.select("station", "s", "e").iter_rows():
+        span = ctx.between("delay", s, e + 1)
+        h = delaysplit.find_hog(ctx, Window(s, e + 1), span)
+        if h is not None and h.station == st and _hog_conf(h) >= 0.4:
+            stations = sorted(span["station"].drop_nulls().unique().to_list())
+            return [Window(s, e + 1, ctx.flows_of(stations), stations, kind="sustained", proposer=NAME)]
+        break                   # only the slowest station can be the one holding the line
     good = []
     for t in range(lo, hi + 1, STEP_NS):
         # (a window's evidence is read from LEAD_NS before it: a step's own second is read alone here)

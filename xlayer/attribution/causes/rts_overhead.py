@@ -56,8 +56,8 @@ def _control(ctx: Context, subtype: int, start: int | None = None, end: int | No
 
 def ppdus(att: pl.DataFrame) -> int:
     """Return the data PPDUs of transmissions: an A-MPDU's subframes (one `ampdu_ref`) are one PPDU."""
-    if att.height == 0:
-        return 0
+    if att.height == 0 or "ampdu_ref" not in att.columns:
+        return att.height
     agg = att.filter(pl.col("ampdu_ref").is_not_null())
     return att.height - agg.height + (agg.select("capture_file", "ampdu_ref").n_unique() if agg.height else 0)
 
