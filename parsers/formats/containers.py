@@ -8,14 +8,16 @@ The file is never read whole: `chunk.data` is a uint8 view of the mapping, and t
 already handed out are released (MADV_DONTNEED) when the next chunk is asked for, so memory stays flat
 on files larger than RAM. Record headers are walked by one tight loop (C in parsers/_walk.c, or Python
 in pcap.py and pcapng.py when that is not built); everything else is numpy. gzip-compressed captures
-are decompressed to an unlinked temporary file.
+are decompressed to an unlinked temporary file, never to more than `decompressed_cap` bytes: a stream
+that would unpack further (a "zip bomb") is refused with a CaptureError rather than fill the disk.
+`CappedReader` puts the same cap on any decompressing file object (the host-state readers use it).
 """
 from __future__ import annotations
 
 import gzip
+import io
 import mmap
 import os
-import shutil
 import tempfile
 import zlib
 from collections.abc import Iterator
@@ -29,6 +31,55 @@ from parsers.formats.pcapng import PcapngReader
 from parsers.formats.records import CaptureError, ContainerStats, Interface, RecordChunk
 
 _PAGE = mmap.PAGESIZE
+
+# What a compressed stream may unpack to: never more than MAX_DECOMPRESSED_BYTES, and past
+# RATIO_FREE_BYTES never more than MAX_RATIO times its compressed size.  Captures and ss text
+# compress 2-30x; a stream of zeros compresses ~1000x, which only a crafted file needs.
+MAX_DECOMPRESSED_BYTES = 64 << 30
+MAX_RATIO = 200
+RATIO_FREE_BYTES = 64 << 20
+
+
+class DecompressionLimit(CaptureError):
+    """A compressed stream unpacks to more than its cap (see `decompressed_cap`)."""
+
+    def __init__(self, message: str, cap: int):
+        super().__init__(message)
+        self.cap = cap
+
+
+def decompressed_cap(compressed_bytes: int, max_bytes: int | None = None, ratio: int | None = None,
+                     free_bytes: int | None = None) -> int:
+    """Return how many bytes a stream of `compressed_bytes` may decompress to (module constants by default)."""
+    max_bytes = MAX_DECOMPRESSED_BYTES if max_bytes is None else max_bytes
+    ratio = MAX_RATIO if ratio is None else ratio
+    free_bytes = RATIO_FREE_BYTES if free_bytes is None else free_bytes
+    return min(max_bytes, max(free_bytes, ratio * max(compressed_bytes, 0)))
+
+
+class CappedReader(io.RawIOBase):
+    """A read-only stream over a decompressing file object that raises DecompressionLimit once more
+    than `cap` bytes have come out of it (wrap it in io.BufferedReader for lines)."""
+
+    def __init__(self, raw, cap: int, name: str = ""):
+        super().__init__()
+        self._raw, self.cap, self.name, self.total = raw, int(cap), name, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        # never ask for more than one byte past the cap: that byte is the proof it was exceeded
+        want = min(len(buf), self.cap - self.total + 1)
+        data = self._raw.read(want)
+        n = len(data)
+        self.total += n
+        if self.total > self.cap:
+            raise DecompressionLimit(f"{self.name}: decompresses to more than {self.cap:,} bytes, the cap for "
+                                     f"its compressed size (at most {MAX_RATIO}x); refused as a decompression "
+                                     "bomb (decompress it yourself if it is genuine)", self.cap)
+        buf[:n] = data
+        return n
 
 
 class CaptureFile:
@@ -186,19 +237,50 @@ def open_capture(path: str | os.PathLike, chunk_bytes: int = 16 << 20) -> Captur
 
 
 def _gunzip(name: str, fh, warnings: list[str]):
-    """Return an unlinked temporary file holding the decompressed stream (as tshark reads .gz files)."""
-    tmp = tempfile.TemporaryFile(prefix="xlayer-gunzip-")
+    """Return an unlinked temporary file holding the decompressed stream (as tshark reads .gz files),
+    at most `decompressed_cap` bytes; raise CaptureError past that, the temporary file closed (gone)."""
     try:
-        with gzip.GzipFile(fileobj=fh) as gz:
-            shutil.copyfileobj(gz, tmp, 1 << 20)
-    except (EOFError, OSError, zlib.error) as e:
-        warnings.append(f"gzip stream ended early or is corrupt ({e}); read what was decompressed")
-    tmp.flush()
-    if tmp.tell() == 0:
+        tmp = tempfile.TemporaryFile(prefix="xlayer-gunzip-")
+    except OSError as e:
+        raise CaptureError(f"{name}: cannot make a temporary file in {tempfile.gettempdir()} to decompress "
+                           f"it: {e.strerror or e}") from None
+    try:
+        src = CappedReader(gzip.GzipFile(fileobj=fh), decompressed_cap(_size_of(fh)), name)
+        _copy_stream(src, tmp, warnings)
+        tmp.flush()
+        if tmp.tell() == 0:
+            raise CaptureError(f"{name}: gzip file with no readable content")
+    except OSError as e:
         tmp.close()
-        raise CaptureError(f"{name}: gzip file with no readable content")
+        raise CaptureError(f"{name}: cannot decompress to a temporary file in {tempfile.gettempdir()}: "
+                           f"{e.strerror or e}") from None
+    except BaseException:
+        # an interrupt (Stop, KeyboardInterrupt) or the cap: the unlinked file goes with its descriptor
+        tmp.close()
+        raise
     warnings.append("decompressed from gzip to a temporary file")
     return tmp
+
+
+def _size_of(fh) -> int:
+    try:
+        return os.fstat(fh.fileno()).st_size
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
+def _copy_stream(src, dst, warnings: list[str]) -> None:
+    # Errors of the compressed stream end the copy with a warning; errors writing `dst` (a full disk)
+    # are raised, so that a short temporary file is never read as if it were the whole capture.
+    while True:
+        try:
+            block = src.read(1 << 20)
+        except (EOFError, OSError, zlib.error) as e:
+            warnings.append(f"gzip stream ended early or is corrupt ({e}); read what was decompressed")
+            return
+        if not block:
+            return
+        dst.write(block)
 
 
 def _concat(pieces: list[RecordChunk]) -> RecordChunk:

@@ -16,19 +16,39 @@ Counters are int64 rather than unsigned so that differences between samples neve
 Addresses are plain text as Python's ``ipaddress`` prints them: ss's ``[2001:db8::1]`` brackets are
 removed and v4-mapped ``::ffff:10.0.0.1`` becomes ``10.0.0.1``; a wildcard is ``*``.  Timestamps are
 int64 nanoseconds since the Unix epoch.
+
+Bounded reading: the line readers (ss, tcp_info JSON lines) never hold a line longer than
+`MAX_LINE_BYTES`: such a line is skipped while it is read and counted as unreadable (`LINE_TOO_LONG`).
+A whole JSON document (iperf3 ``-J`` or ``--json-stream``, flent) is read only up to `MAX_JSON_BYTES`,
+and compressed input is decompressed only up to `parsers.formats.containers.decompressed_cap`; past
+either, the rest is counted as unreadable rather than read.
 """
 from __future__ import annotations
 
+import gzip
+import io
 import ipaddress
 import math
+import os
+import zlib
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 
 import polars as pl
 
 import parsers.schema as _packet_schema
+from parsers.formats.containers import CappedReader, DecompressionLimit, decompressed_cap
 from parsers.schema import Column
+
+# No host-state line is anywhere near this long (an ss socket with every option is ~2 KB, a tcp_info
+# object ~3 KB); a longer one is crafted or corrupt, and holding it whole costs many times its size.
+MAX_LINE_BYTES = 1 << 20
+# iperf3 -J of an hour of 1 s intervals over 8 streams is ~20 MB, a flent file a few MB decompressed;
+# parsing a JSON document takes ~10x its size in memory.
+MAX_JSON_BYTES = 64 << 20
+LINE_TOO_LONG = f"line longer than {MAX_LINE_BYTES:,} bytes, skipped"
 
 
 _C = Column
@@ -190,11 +210,110 @@ class ReadStats:
         if len(self.examples) < 10:
             self.examples.append(f"line {line_no}: {reason}: {text[:120]!r}")
 
+    def summary(self) -> str | None:
+        """Return one line saying what could not be read (counts and main reasons) and the warnings, or
+        None when everything was read."""
+        bits = []
+        if self.malformed_lines:
+            n = self.malformed_lines
+            top = ", ".join(f"{r} x{k:,}" for r, k in self.reasons.most_common(3))
+            bits.append(f"{n:,} unreadable line{'s' if n != 1 else ''} ({top}), {self.rows:,} rows read")
+        if self.malformed_rows:
+            bits.append(f"{self.malformed_rows:,} of {self.rows:,} rows with unreadable values")
+        bits += self.warnings
+        return "; ".join(bits) or None
+
     def as_dict(self) -> dict:
         """Return the counts as plain JSON-able values."""
         d = asdict(self)
         d["reasons"] = dict(self.reasons.most_common())
         return d
+
+
+class LongLine(str):
+    """The decoded first bytes of an input line longer than the reader's limit; the rest of the line
+    was skipped unread.  It stands for the whole line, which readers count as unreadable."""
+
+
+_HEAD = 120   # bytes of a skipped line kept for the examples in ReadStats
+
+
+def bounded_lines(fh, max_bytes: int | None = None) -> Iterator[bytes | LongLine]:
+    """Yield the lines of binary file `fh` (split on b"\\n", newline kept) as bytes, or as a LongLine for
+    a line longer than `max_bytes` (default MAX_LINE_BYTES), which is never held whole."""
+    limit = MAX_LINE_BYTES if max_bytes is None else max_bytes
+    while True:
+        line = fh.readline(limit + 1)
+        if not line:
+            return
+        if line.endswith(b"\n") or len(line) <= limit:
+            yield line
+            continue
+        head = line[:_HEAD]
+        # skip to the end of the line a bounded piece at a time
+        while not line.endswith(b"\n"):
+            line = fh.readline(1 << 20)
+            if not line:
+                break
+        yield LongLine(head.decode("utf-8", "replace"))
+
+
+def open_lines(path: str | os.PathLike, st: ReadStats, max_bytes: int | None = None) -> Iterator[bytes | LongLine]:
+    """Yield `bounded_lines` of the file at `path`, decompressing a ``.gz`` one up to its cap; a
+    corrupt or over-cap compressed stream ends the lines with one unreadable line (reason in `st`)."""
+    name = os.fspath(path)
+    if not name.endswith(".gz"):
+        with open(name, "rb") as fh:
+            yield from bounded_lines(fh, max_bytes)
+        return
+    with open(name, "rb") as raw:
+        cap = decompressed_cap(os.fstat(raw.fileno()).st_size)
+        fh = io.BufferedReader(CappedReader(gzip.GzipFile(fileobj=raw), cap, name), 1 << 16)
+        n = 0
+        try:
+            for line in bounded_lines(fh, max_bytes):
+                n += 1
+                yield line
+        except DecompressionLimit as e:
+            st.bad(n + 1, f"decompresses to more than {e.cap:,} bytes (a decompression bomb?), rest not read")
+        except (EOFError, OSError, zlib.error) as e:
+            st.bad(n + 1, "corrupt or cut compressed stream, rest not read", str(e))
+
+
+def read_document(path: str | os.PathLike, st: ReadStats, max_bytes: int | None = None) -> bytes | bytearray | None:
+    """Return the bytes of a whole-document file (gunzipped if it starts with the gzip magic), or None
+    when it is longer than `max_bytes` (default MAX_JSON_BYTES) or its compressed stream is corrupt or
+    over its cap: then it is counted in `st` as one unreadable line, with the reason."""
+    limit = MAX_JSON_BYTES if max_bytes is None else max_bytes
+    with open(path, "rb") as fh:
+        gzipped = fh.read(2) == b"\x1f\x8b"
+        fh.seek(0)
+        try:
+            if gzipped:
+                cap = min(limit, decompressed_cap(os.fstat(fh.fileno()).st_size))
+                data = _read_all(CappedReader(gzip.GzipFile(fileobj=fh), cap, os.fspath(path)))
+            else:
+                data = fh.read(limit + 1)
+        except DecompressionLimit as e:
+            return _unreadable_document(st, f"decompresses to more than {e.cap:,} bytes (a decompression bomb?), "
+                                        "not read", "")
+        except (EOFError, OSError, zlib.error) as e:
+            return _unreadable_document(st, f"corrupt compressed stream ({e})", "")
+    if len(data) > limit:
+        return _unreadable_document(st, f"larger than {limit:,} bytes, not read", "")
+    return data
+
+
+def _read_all(src) -> bytearray:
+    # grown in place: no second copy of the whole document at the end (io's readall makes one)
+    data = bytearray()
+    while block := src.read(1 << 20):
+        data += block
+    return data
+
+
+def _unreadable_document(st: ReadStats, why: str, text: str) -> None:
+    st.bad(1, why, text)
 
 
 def empty_frame() -> pl.DataFrame:

@@ -30,10 +30,13 @@ TCP_STREAM) or ``recv_bps`` (download, TCP_MAERTS) and ``interval_s``.  ``label`
 name, ``cc`` and ``mss`` come from the series metadata, src/dst from the test's source and target
 addresses; flent does not record ports.  The end-of-run tcp_info netperf reports (``TCPI_*`` in
 ``SERIES_META``) has no time of its own and is not turned into rows.
+
+Both read their file as one JSON document, so a file larger than ``common.MAX_JSON_BYTES`` (after
+decompression, itself capped: ``containers.decompressed_cap``) is not read: it is counted as one
+unreadable line, with the reason.
 """
 from __future__ import annotations
 
-import gzip
 import ipaddress
 import json
 import math
@@ -42,7 +45,7 @@ import re
 
 import polars as pl
 
-from parsers.hoststate.common import ReadStats, float_epoch_ns, frame_from_rows, normalize_addr
+from parsers.hoststate.common import ReadStats, float_epoch_ns, frame_from_rows, normalize_addr, read_document
 
 _STREAM_KEYS = {"socket", "start", "end", "seconds", "bytes", "bits_per_second", "retransmits",
                 "snd_cwnd", "snd_wnd", "rtt", "rttvar", "pmtu", "omitted", "sender"}
@@ -75,8 +78,9 @@ def _load_json_objects(text: str, st: ReadStats) -> list[dict]:
             break
         try:
             obj, i = dec.raw_decode(text, i)
-        except ValueError as e:
-            st.bad(text.count("\n", 0, i) + 1, f"not JSON ({e.msg})", text[i:i + 80])
+        except (RecursionError, ValueError) as e:
+            why = getattr(e, "msg", "nested too deeply")
+            st.bad(text.count("\n", 0, i) + 1, f"not JSON ({why})", text[i:i + 80])
             break
         if isinstance(obj, dict):
             objs.append(obj)
@@ -205,8 +209,11 @@ def read_iperf3_json(path: str | os.PathLike, vantage: str, *, t0_ns: int | None
     """Return the host TCP state table of an ``iperf3 -J`` result, one row per stream per interval."""
     st = stats if stats is not None else ReadStats()
     st.source, st.path = "iperf3", os.fspath(path)
-    with open(path, "rb") as fh:
-        text = fh.read().decode("utf-8", "replace")
+    raw = read_document(path, st)
+    if raw is None:
+        return frame_from_rows([])
+    text = raw.decode("utf-8", "replace")
+    del raw
     rows: list[dict] = []
     for result in _group_stream_events(_load_json_objects(text, st)):
         rows.extend(_iperf3_rows(result, vantage, t0_ns, st))
@@ -246,13 +253,12 @@ def read_flent(path: str | os.PathLike, vantage: str, *, stats: ReadStats | None
     """Return the host TCP state table of a flent data file (``.flent.gz`` or plain JSON)."""
     st = stats if stats is not None else ReadStats()
     st.source, st.path = "flent", os.fspath(path)
-    with open(path, "rb") as fh:
-        raw = fh.read()
+    raw = read_document(path, st)
+    if raw is None:
+        return frame_from_rows([])
     try:
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
         data = json.loads(raw.decode("utf-8", "replace"))
-    except (OSError, EOFError, ValueError) as e:
+    except (RecursionError, ValueError) as e:
         st.bad(1, f"not a flent data file ({e})")
         return frame_from_rows([])
     if not isinstance(data, dict):

@@ -27,6 +27,9 @@ Decisions
   value cannot be read goes to ``extra`` too and the row's ``malformed`` says why.  Lines that are
   neither header, timestamp, comment, socket nor continuation are counted in ``stats`` (with the
   first few as examples).  Nothing raises on bad text.
+* A line longer than ``common.MAX_LINE_BYTES`` is skipped while it is read (never held whole) and
+  counted as unreadable; if it continues a socket, that socket's row is marked malformed too.  A
+  ``.gz`` file is decompressed only up to its cap (``containers.decompressed_cap``).
 * ss omits zero counters, ``ssthresh`` while infinite, ``rto`` while at its initial 3 s and
   ``reordering`` when 3: those are null here (the text says nothing); `fill_unprinted_zeros` turns the
   counters of sockets that had tcp_info into zeros when that is what the analysis wants.
@@ -35,7 +38,6 @@ Decisions
 """
 from __future__ import annotations
 
-import gzip
 import math
 import os
 import re
@@ -44,7 +46,8 @@ from collections.abc import Iterable, Iterator
 
 import polars as pl
 
-from parsers.hoststate.common import TCP_STATES, ReadStats, frame_from_rows, normalize_addr
+from parsers.hoststate.common import (LINE_TOO_LONG, MAX_LINE_BYTES, TCP_STATES, LongLine, ReadStats, frame_from_rows,
+                                      normalize_addr, open_lines)
 
 _STATES = frozenset(TCP_STATES)
 _NETIDS = frozenset(("tcp", "mptcp", "udp", "raw", "dccp", "sctp", "u_str", "u_dgr", "u_seq", "nl",
@@ -356,19 +359,18 @@ def _is_path(path_or_text: str | os.PathLike | bytes) -> bool:
     return isinstance(path_or_text, str) and "\n" not in path_or_text and os.path.isfile(path_or_text)
 
 
-def _file_lines(path: str) -> Iterator[str]:
-    # binary iteration splits on b"\n" only, like str.split("\n"): line numbers mean the same
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as fh:
-        for raw in fh:
-            yield raw.decode("utf-8", "replace")
+def _file_lines(path: str, st: ReadStats) -> Iterator[str]:
+    # binary lines split on b"\n" only, like str.split("\n"): line numbers mean the same
+    for raw in open_lines(path, st):
+        yield raw if type(raw) is LongLine else raw.decode("utf-8", "replace")
 
 
 def _text_lines(text: str) -> list[str]:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    return lines
+    # the text is in memory already, but reading a huge line would take many times its size again
+    return [LongLine(ln[:120]) if len(ln) > MAX_LINE_BYTES else ln for ln in lines]
 
 
 def parse_ss_lines(lines: Iterable[str], vantage: str, ts_ns: int | None = None,
@@ -395,6 +397,15 @@ def parse_ss_lines(lines: Iterable[str], vantage: str, ts_ns: int | None = None,
     skipping = False  # inside a non-TCP socket's lines
     for line_no, raw in enumerate(lines, 1):
         st.lines += 1
+        if type(raw) is LongLine:
+            st.bad(line_no, LINE_TOO_LONG, raw)
+            if raw[:1] in ("\t", " "):
+                if cur is not None:    # the socket's row lacks what that line said
+                    cur.fail(LINE_TOO_LONG)
+            else:
+                flush()
+                skipping = False
+            continue
         line = raw.rstrip("\r\n")
         if skipping and line[:1] in ("\t", " "):
             continue
@@ -451,14 +462,14 @@ def read_ss(path_or_text: str | os.PathLike | bytes, vantage: str, *, ts_ns: int
             stats: ReadStats | None = None) -> pl.DataFrame:
     """Return the host TCP state table of `ss -tin` / `ss -tinO` text, one row per socket per block.
 
-    `path_or_text`: a path (str or PathLike; ``.gz`` is decompressed), or the text itself (a str
-    with a newline, or bytes).  `ts_ns` times the sockets printed before the first ``# <epoch>``
+    `path_or_text`: a path (str or PathLike; ``.gz`` is decompressed, up to its cap), or the text
+    itself (a str with a newline, or bytes).  Lines longer than ``MAX_LINE_BYTES`` are skipped unread.  `ts_ns` times the sockets printed before the first ``# <epoch>``
     line (default: null).  Counts of what was read, skipped and malformed go to `stats`.
     """
     st = stats if stats is not None else ReadStats()
     if _is_path(path_or_text):
         st.path = os.fspath(path_or_text)
-        lines: Iterable[str] = _file_lines(st.path)
+        lines: Iterable[str] = _file_lines(st.path, st)
     elif isinstance(path_or_text, bytes):
         lines = _text_lines(path_or_text.decode("utf-8", "replace"))
     else:

@@ -32,7 +32,8 @@ null, ``tcpi_snd_ssthresh`` = 0x7fffffff (infinite) is null, ``send_bps`` is der
 it (cwnd * mss * 8 / srtt), and the ``tcpi_options`` bits give the option flags and window scales.
 Keys we do not map (``tcpi_ca_state``, ``tcpi_probes``, ``tcpi_retransmits`` ...) go to ``extra`` as
 ``key=value``; a value of the wrong type goes there too and sets ``malformed``.  A line that is not
-a JSON object is counted in the stats, never raised.
+a JSON object is counted in the stats, never raised; so is a line longer than
+``common.MAX_LINE_BYTES``, which is skipped while it is read (never held whole).
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ import re
 
 import polars as pl
 
-from parsers.hoststate.common import BY_NAME, TCP_STATES, ReadStats, float_epoch_ns, frame_from_rows, normalize_addr
+from parsers.hoststate.common import (BY_NAME, LINE_TOO_LONG, TCP_STATES, LongLine, ReadStats, float_epoch_ns,
+                                      frame_from_rows, normalize_addr, open_lines)
 
 _U32_UNSET = 0xFFFFFFFF
 _U64_UNSET = 0xFFFFFFFFFFFFFFFF
@@ -229,34 +231,37 @@ def tcpinfo_row(obj: dict, vantage: str, line_no: int | None = None) -> dict:
 
 def read_tcpinfo_jsonl(path: str | os.PathLike, vantage: str, *,
                        stats: ReadStats | None = None) -> pl.DataFrame:
-    """Return the host TCP state table of a tcp_info JSON-lines file, one row per object."""
+    """Return the host TCP state table of a tcp_info JSON-lines file (``.gz`` decompressed up to its
+    cap), one row per object."""
     st = stats if stats is not None else ReadStats()
     st.source, st.path = "tcpinfo", os.fspath(path)
     rows = []
-    with open(path, "rb") as fh:
-        for line_no, raw in enumerate(fh, 1):
-            st.lines += 1
-            text = raw.decode("utf-8", "replace").strip()
-            if not text:
-                st.blank_lines += 1
-                continue
-            if text.startswith("#"):
-                st.comment_lines += 1
-                continue
-            try:
-                obj = json.loads(text)
-            except (ValueError, RecursionError):
-                st.bad(line_no, "not JSON", text)
-                continue
-            if not isinstance(obj, dict):
-                st.bad(line_no, "not a JSON object", text)
-                continue
-            row = tcpinfo_row(obj, vantage, line_no)
-            if row.get("ts_ns") is None:
-                st.untimed_rows += 1
-            if row.get("malformed"):
-                st.malformed_rows += 1
-            rows.append(row)
+    for line_no, raw in enumerate(open_lines(path, st), 1):
+        st.lines += 1
+        if type(raw) is LongLine:
+            st.bad(line_no, LINE_TOO_LONG, raw)
+            continue
+        text = raw.decode("utf-8", "replace").strip()
+        if not text:
+            st.blank_lines += 1
+            continue
+        if text.startswith("#"):
+            st.comment_lines += 1
+            continue
+        try:
+            obj = json.loads(text)
+        except (ValueError, RecursionError):
+            st.bad(line_no, "not JSON", text)
+            continue
+        if not isinstance(obj, dict):
+            st.bad(line_no, "not a JSON object", text)
+            continue
+        row = tcpinfo_row(obj, vantage, line_no)
+        if row.get("ts_ns") is None:
+            st.untimed_rows += 1
+        if row.get("malformed"):
+            st.malformed_rows += 1
+        rows.append(row)
     st.rows += len(rows)
     return frame_from_rows(rows)
 

@@ -208,6 +208,7 @@ def test_every_panel_renders_with_data(browser, page, report):
     rto_then = [y for x, y in zip(rx, ry) if x is not None and y is not None and x <= ox[peak]][-1]
     assert oy[peak] > 900 and oy[peak] > 1.5 * rto_then, (oy[peak], rto_then)
     assert by["retrans"]["glyphs"] == ["VBar"]           # spurious only, at the sender
+    assert by["delay"]["glyphs"] == ["VArea"] * 7        # the delay table's parts, stacked
     errors = [e for e in log if e["level"] == "SEVERE"]
     assert not errors, errors
     assert any(s.startswith("panel: ") for s in report.steps) and report.steps[-1] == "writing page"
@@ -274,7 +275,7 @@ def test_cli_writes_the_report(bundle, tmp_path, capsys):
     out = tmp_path / "cli.html"
     assert main(["report", str(bundle), "-o", str(out), "-q"]) == 0
     said = capsys.readouterr().out
-    assert "9 panels" in said and str(out) in said
+    assert "10 panels" in said and str(out) in said
     html = out.read_text()
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and SSID_SCRIPT not in html
 

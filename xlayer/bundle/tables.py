@@ -1,27 +1,44 @@
 """A bundle's captures as lazy polars tables, and what reading each one finds (`describe`).
 
 Nothing is read until a frame is collected; packet captures are then streamed chunk by chunk.  Host
-TCP state is read by the reader `parsers.hoststate.READERS` names for its format.
+TCP state is read by the reader `parsers.hoststate.READERS` names for its format; what it could not
+read (lines it skipped as unreadable, rows with unreadable values, its warnings) is counted in a
+`parsers.hoststate.ReadStats` the caller passes (`scan(..., stats=)`, `read_state(..., stats=)`) and
+summed up in one line by `ReadStats.summary()`: `describe` gives it as the capture's ``read_notes``
+(added to its ``notes``, which `bundle show` prints) and its counts as ``unreadable`` and in
+``malformed``.  The timeline (`Timeline.host_state`, read when the timeline is opened) keeps it as
+`state_read_error` says: a file of which nothing could be read is a read error of the file (in
+metrics.json's ``read_errors``, a warning from `xlayer metrics`, which still exits 0 since the other
+tables are whole, analyze's notes and the report); a file read in part has its counts in the
+timeline's ``read_stats`` like a packet capture's malformed records (`state_ingest_stats`), which
+analyze's and the report's notes and metrics.json's ``read_notes`` give.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from parsers.formats.detect import HEAD_BYTES, WHOLE_MAX, guess_format_bytes
 from xlayer.bundle.manifest import ADDED_COLUMNS, Bundle, BundleError, CaptureEntry, open_regular
 
+if TYPE_CHECKING:
+    from parsers.decode.ingest import IngestStats
+    from parsers.hoststate.common import ReadStats
 
-def scan(bundle: Bundle, which: str | CaptureEntry, decoder: str = "fast") -> pl.LazyFrame:
+
+def scan(bundle: Bundle, which: str | CaptureEntry, decoder: str = "fast",
+         stats: ReadStats | None = None) -> pl.LazyFrame:
     """Return one capture as a lazy table with capture_file, vantage and clock columns added.
 
     Nothing is read until the frame is collected; packet captures are then streamed chunk by
-    chunk, so a filtered or head()-limited query does not hold the whole file in memory.
+    chunk, so a filtered or head()-limited query does not hold the whole file in memory.  For a host
+    state capture, `stats` is set to what the last collect read and skipped.
     """
     e = bundle.entry(which)
     path = bundle.file_path(e)
@@ -31,7 +48,7 @@ def scan(bundle: Bundle, which: str | CaptureEntry, decoder: str = "fast") -> pl
     consts = {"capture_file": e.file, "vantage": e.vantage, "clock": e.clock}
     if e.is_packets:
         return _packet_frame(path, consts, decoder)
-    return _state_frame(path, consts, e.format)
+    return _state_frame(path, consts, e.format, stats)
 
 
 def packets(bundle: Bundle, decoder: str = "fast") -> pl.LazyFrame:
@@ -73,10 +90,10 @@ def _read_summary(bundle: Bundle, e: CaptureEntry, decoder: str) -> dict[str, An
         if e.is_packets:
             out.update(_packet_summary(path, decoder))
         else:
-            df = read_state(path, out["format"], e.vantage)
-            out["records"] = df.height
-            out["malformed"] = df.get_column("malformed").drop_nulls().len()
-            out["first_ts_ns"], out["last_ts_ns"] = _time_span(df)
+            out.update(_state_summary(path, out["format"], e.vantage))
+            if out["read_notes"]:
+                # `bundle show` prints a capture's notes: what could not be read goes beside the manifest's
+                out["notes"] = "; ".join(n for n in (e.notes, out["read_notes"]) if n)
     except BundleError as exc:
         out["error"] = str(exc)
     except OSError as exc:
@@ -84,6 +101,43 @@ def _read_summary(bundle: Bundle, e: CaptureEntry, decoder: str) -> dict[str, An
     except Exception as exc:  # noqa: BLE001 - one unreadable capture must not hide the others
         out["error"] = f"{e.file}: {type(exc).__name__}: {exc}"
     return out
+
+
+def _state_summary(path: Path, fmt: str, vantage: str) -> dict[str, Any]:
+    """Return what reading a host-state file found: rows, malformed (rows with unreadable values plus
+    lines that could not be read at all), unreadable lines, skipped sockets, time span, and read_notes
+    (`ReadStats.summary`: None when everything was read)."""
+    from parsers.hoststate.common import ReadStats
+
+    st = ReadStats()
+    df = read_state(path, fmt, vantage, stats=st)
+    first, last = _time_span(df)
+    return {"records": df.height, "malformed": df.get_column("malformed").drop_nulls().len() + st.malformed_lines,
+            "unreadable": st.malformed_lines, "skipped_sockets": st.skipped_sockets,
+            "first_ts_ns": first, "last_ts_ns": last, "read_notes": st.summary()}
+
+
+def state_read_error(st: ReadStats) -> str | None:
+    """Return the read error of a host-state file of which nothing could be read (no row, some line
+    unreadable), or None when something was read or nothing was wrong."""
+    if st.rows or not st.malformed_lines:
+        return None
+    return f"nothing readable: {st.summary()}"
+
+
+def state_ingest_stats(st: ReadStats) -> IngestStats:
+    """Return a host-state reader's counts as the IngestStats a packet capture's reading gives: input
+    lines as records, unreadable lines and rows with unreadable values as malformed, with the reasons."""
+    from collections import Counter
+
+    from parsers.decode.ingest import IngestStats
+
+    reasons = Counter(st.reasons)
+    if st.malformed_rows:
+        reasons["rows with unreadable values"] += st.malformed_rows
+    bad = st.malformed_lines + st.malformed_rows
+    return IngestStats(path=st.path, format=st.source, records=max(st.lines, bad), decoded=st.rows - st.malformed_rows,
+                       malformed=bad, malformed_reasons=reasons, warnings=list(st.warnings))
 
 
 def guess_format(path: str | os.PathLike) -> str:
@@ -155,27 +209,32 @@ def _packet_frame(path: Path, consts: dict[str, str], decoder: str) -> pl.LazyFr
                               explain_detail=str(consts["capture_file"]))
 
 
-def read_state(path: Path, fmt: str | None, vantage: str) -> pl.DataFrame:
-    """Return a host-state file as a table in parsers.hoststate.common's schema (format guessed if None)."""
+def read_state(path: Path, fmt: str | None, vantage: str, stats: ReadStats | None = None) -> pl.DataFrame:
+    """Return a host-state file as a table in parsers.hoststate.common's schema (format guessed if None);
+    what was read, skipped and unreadable is counted into `stats`."""
     from parsers.hoststate import READERS, SCHEMA
 
     fmt = fmt or guess_format(path)
     if fmt not in READERS:
         raise BundleError(f"{path.name}: {fmt} is not a host TCP state format")
-    df = READERS[fmt](path, vantage)   # every host-state reader names the rows' vantage itself
+    df = READERS[fmt](path, vantage, stats=stats)   # every host-state reader names the rows' vantage itself
     # The lazy frame promised this schema before reading; hold the reader to it.
     return df.select(pl.col(k).cast(v) if k in df.columns else pl.lit(None, dtype=v).alias(k)
                      for k, v in SCHEMA.items())
 
 
-def _state_frame(path: Path, consts: dict[str, str], fmt: str | None) -> pl.LazyFrame:
+def _state_frame(path: Path, consts: dict[str, str], fmt: str | None, stats: ReadStats | None) -> pl.LazyFrame:
     from polars.io.plugins import register_io_source
 
-    from parsers.hoststate.common import SCHEMA
+    from parsers.hoststate.common import SCHEMA, ReadStats
 
     def source(with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None,
                batch_size: int | None) -> Iterator[pl.DataFrame]:  # noqa: ARG001 - plugin signature
-        df = _finish(read_state(path, fmt, consts["vantage"]), consts, predicate, with_columns)
+        st = ReadStats()
+        df = _finish(read_state(path, fmt, consts["vantage"], stats=st), consts, predicate, with_columns)
+        if stats is not None:   # the counts of this read, not added to an earlier collect's
+            for f in fields(st):
+                setattr(stats, f.name, getattr(st, f.name))
         yield df if n_rows is None else df.head(n_rows)
 
     return register_io_source(source, schema=_with_added(SCHEMA), explain_name="xlayer bundle tcp_state",
@@ -219,4 +278,5 @@ def _time_span(df: pl.DataFrame) -> tuple[int | None, int | None]:
     return None, None
 
 
-__all__ = ["describe", "guess_format", "packets", "read_state", "scan", "tcp_state"]
+__all__ = ["describe", "guess_format", "packets", "read_state", "scan", "state_ingest_stats", "state_read_error",
+           "tcp_state"]

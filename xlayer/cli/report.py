@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -13,14 +14,17 @@ from xlayer.signals import Stop, stop_on_signals
 def cmd_report(args: argparse.Namespace) -> int:
     """Analyze a bundle and write its HTML report; return the exit code."""
     from xlayer.attribution.analyze import analyze
-    from xlayer.cli.common import open_from_args, steps
+    from xlayer.cli.common import open_from_args, require_packets, steps
+    from xlayer.cli.metrics import os_error_text
     from xlayer.report.page import build_report
     from xlayer.text import safe_text
 
     stop_on_signals()
+    before = _identity(args.output)
     try:
         with steps("report", args.quiet) as step:
             tl = open_from_args(args, step)
+            require_packets(tl)
             step("metric tables")
             tl.tables(progress=lambda name: step(f"table {name}"))
             step("analysis")
@@ -30,10 +34,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"xlayer: {safe_text(exc)}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Stop):
-        print("xlayer: interrupted; no report written", file=sys.stderr)
+        print(f"xlayer: interrupted; {_left(args.output, before)}", file=sys.stderr)
         return 130
     except OSError as exc:
-        print(f"xlayer: cannot write {safe_text(args.output)}: {safe_text(exc.strerror or exc)}", file=sys.stderr)
+        print(f"xlayer: {os_error_text(exc, args)}; {_left(args.output, before)}", file=sys.stderr)
         return 1
     n = len(analysis.incidents)
     print(f"wrote {safe_text(rep.path)} ({rep.size_bytes / 1e6:.1f} MB): {len(rep.panels)} panels, "
@@ -41,6 +45,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     for title, why in rep.omitted.items():
         print(f"  left out: {title}: {safe_text(why)}")
     return 0
+
+
+def _identity(path: str) -> tuple[int, int, int] | None:
+    """Return what tells one file at `path` from another written there later (None: no file)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
+
+
+def _left(path: str, before: tuple[int, int, int] | None) -> str:
+    """Return, in words, what a failed or interrupted run left at `path` (the page is renamed in whole)."""
+    from xlayer.text import safe_text
+
+    now = _identity(path)
+    if now is not None and now != before:
+        return f"{safe_text(path)} was written"
+    return f"no report written ({safe_text(path)} {'unchanged' if now is not None else 'not created'})"
 
 
 def register(subparsers: Any) -> None:

@@ -1,16 +1,28 @@
 """Write a timeline's metric tables to a directory of Parquet files with a manifest saying what is there.
 
-Each table is written to ``NAME.parquet.part`` and renamed when complete, then ``metrics.json`` is
-rewritten (also through a rename), so at any moment — after an interrupt, a kill or a full disk — the
-directory holds whole Parquet files and a manifest listing exactly those, with ``complete`` false
-until the last table is in.  The manifest documents every table's columns (name, dtype, unit, meaning)
-and carries the clock alignment the tables are on.
+Each table is written to a temporary file beside it (``.NAME.parquet.PID-RANDOM.part``) and renamed
+when complete, and ``metrics.json`` is rewritten (also through a rename) in the same step, with
+SIGINT/SIGTERM held between the two; if the manifest cannot be rewritten the table is taken back
+out.  So at any moment — after an interrupt, a full disk or any other error — the directory holds
+whole Parquet files and a manifest listing exactly those, with ``complete`` false until the last
+table is in, and no temporary file.  A run starts by replacing the manifest with an empty one and
+removing the table files of an earlier run.  Writers of one directory take turns: each holds an
+exclusive lock on the directory (``flock``) while it writes.  The manifest documents every table's
+columns (name, dtype, unit, meaning) and carries the clock alignment the tables are on.
+
+`whole_file` and `OutputError` are the same machinery for any single output file (the HTML report).
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import json
 import os
-from collections.abc import Callable
+import re
+import secrets
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +30,123 @@ import pyarrow.parquet as pq
 
 from xlayer.metrics import table_names
 from xlayer.metrics.schema import DOCS, REGISTRY
+from xlayer.signals import deferred
 from xlayer.timeline import Timeline
 
 MANIFEST = "metrics.json"
 VERSION = 1
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-[0-9a-f]+\.part$")
 
 
-def _atomic_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".part")
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, allow_nan=False, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+class OutputError(OSError):
+    """An output file or directory could not be written; `filename` is the directory it goes in."""
+
+
+@dataclass
+class Written:
+    """What a `write_metrics` call has put in place so far (for the caller to report after a failure)."""
+
+    manifest: bool = False                       # the run's own metrics.json replaced any earlier one
+    tables: list[str] = field(default_factory=list)
+
+
+def _cause(exc: OSError) -> int | None:
+    # pyarrow and polars name the cause only in their text: "[errno 28] ...", "... (os error 28)"
+    m = re.search(r"\[errno (\d+)\]|\(os error (\d+)\)", str(exc))
+    return int(m.group(1) or m.group(2)) if m else None
+
+
+def reason(exc: OSError) -> str:
+    """Return why an OSError happened, in words ("No space left on device"), also for pyarrow's and polars'."""
+    code = _cause(exc)
+    if code is not None:
+        return os.strerror(code)
+    return exc.strerror or str(exc)
+
+
+@contextlib.contextmanager
+def writing_into(directory: Path) -> Iterator[None]:
+    """Turn an OSError of the block into an OutputError naming `directory` (the output's); yield None."""
+    try:
+        yield
+    except OutputError:
+        raise
+    except OSError as exc:
+        raise OutputError(_cause(exc) or exc.errno or errno.EIO, reason(exc), str(directory)) from exc
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temps(directory: Path, names: set[str] | None = None) -> None:
+    """Remove temporary files left in `directory` by writers that are gone (killed); return None.
+
+    Only `whole_file`'s own temporary files (of targets in `names`, if given) whose process no
+    longer runs are removed: a live writer's are its own.
+    """
+    for p in directory.glob(".*.part"):
+        m = _TEMP.match(p.name)
+        if m is None or (names is not None and m["name"] not in names) or _alive(int(m["pid"])):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
+@contextlib.contextmanager
+def whole_file(target: Path) -> Iterator[Path]:
+    """Yield a new empty temporary file beside `target`; it is removed when the block ends unless the
+    block renamed it (onto `target`): interrupted, failed or not, no temporary file is left."""
+    tmp: Path | None = None
+    try:
+        with deferred():
+            name = target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(4)}.part")
+            # O_EXCL: never someone else's file; mode 0o666 through the umask, as a plain open() gives
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            tmp = name
+        yield tmp
+    finally:
+        if tmp is not None:
+            with deferred(), contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    with whole_file(path) as tmp:
+        with open(tmp, "w") as f:
+            json.dump(obj, f, indent=1, allow_nan=False, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _locked(directory: Path, progress: Callable[[str], None] | None) -> Iterator[None]:
+    """Hold an exclusive lock on `directory` while the block runs (writers of one directory take turns)."""
+    with writing_into(directory):
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        with writing_into(directory):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if progress is not None:
+                    progress(f"waiting for another writer of {directory}")
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError as exc:
+                # a file system without flock (some network ones): write unlocked rather than not at all
+                if exc.errno not in (errno.ENOLCK, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+        yield
+    finally:
+        with deferred():
+            os.close(fd)        # releases the lock
 
 
 def table_doc(name: str) -> dict[str, Any]:
@@ -39,15 +155,54 @@ def table_doc(name: str) -> dict[str, Any]:
         {"name": c.name, "dtype": str(c.dtype), "unit": c.unit, "doc": c.doc} for c in REGISTRY[name]]}
 
 
+def _start(outdir: Path, man: dict[str, Any], written: Written) -> None:
+    """Replace any earlier run's manifest with this run's (no tables yet) and remove its table files."""
+    remove_stale_temps(outdir, {MANIFEST} | {f"{n}.parquet" for n in table_names()})
+    for legacy in [outdir / f"{MANIFEST}.part", *outdir.glob("*.parquet.part")]:   # older xlayer's temps
+        with contextlib.suppress(FileNotFoundError):
+            legacy.unlink()
+    # held together: the old files must not outlive the manifest that listed them, unlisted
+    with deferred():
+        _write_json(outdir / MANIFEST, man)
+        written.manifest = True
+        for n in table_names():
+            with contextlib.suppress(FileNotFoundError):
+                (outdir / f"{n}.parquet").unlink()
+
+
+def _put_table(outdir: Path, name: str, df: Any, man: dict[str, Any], written: Written) -> None:
+    """Write one table and list it in the manifest, both or neither."""
+    target = outdir / f"{name}.parquet"
+    with whole_file(target) as tmp:
+        # pyarrow's writer reports a full disk as OSError (polars would wrap it in ComputeError).
+        pq.write_table(df.to_arrow(), str(tmp), compression="zstd")
+        with deferred():
+            os.replace(tmp, target)
+            man["tables"][name] = {"file": target.name, "rows": df.height, **table_doc(name)}
+            try:
+                _write_json(outdir / MANIFEST, man)
+            except BaseException:
+                # the manifest still lists the tables before this one: take this one back out
+                del man["tables"][name]
+                with contextlib.suppress(FileNotFoundError):
+                    target.unlink()
+                raise
+            written.tables.append(name)
+
+
 def write_metrics(tl: Timeline, out: str | os.PathLike, tables: list[str] | None = None,
-                  progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Write the metric tables as Parquet under `out`; return the manifest written (metrics.json)."""
+                  progress: Callable[[str], None] | None = None, written: Written | None = None) -> dict[str, Any]:
+    """Write the metric tables as Parquet under `out`; return the manifest written (metrics.json).
+
+    A failure to write under `out` raises OutputError; what was put in place by then is in `written`
+    (pass one to see it after a failure or an interrupt).
+    """
     outdir = Path(out)
-    outdir.mkdir(parents=True, exist_ok=True)
     names = tables if tables is not None else table_names()
     unknown = [n for n in names if n not in table_names()]
     if unknown:
         raise KeyError(f"no metric table {', '.join(map(repr, unknown))} (tables: {', '.join(table_names())})")
+    written = written if written is not None else Written()
     man: dict[str, Any] = {
         "xlayer_metrics": VERSION,
         "bundle": str(tl.bundle.path) if tl.bundle.path is not None else None,
@@ -58,25 +213,22 @@ def write_metrics(tl: Timeline, out: str | os.PathLike, tables: list[str] | None
         "complete": False,
         "tables": {},
     }
-    for stale in outdir.glob("*.parquet.part"):
-        stale.unlink()
-    _atomic_json(outdir / MANIFEST, man)
-    for name in names:
-        if progress is not None:
-            progress(name)
-        df = tl.table(name)
-        target = outdir / f"{name}.parquet"
-        tmp = target.with_name(target.name + ".part")
-        try:
-            # pyarrow's writer reports a full disk as OSError (polars would wrap it in ComputeError).
-            pq.write_table(df.to_arrow(), tmp, compression="zstd")
-            os.replace(tmp, target)
-        except BaseException:
-            if tmp.exists():
-                tmp.unlink()
-            raise
-        man["tables"][name] = {"file": target.name, "rows": df.height, **table_doc(name)}
-        _atomic_json(outdir / MANIFEST, man)
-    man["complete"] = True
-    _atomic_json(outdir / MANIFEST, man)
+    from xlayer.timeline.open import read_notes   # files read in part (counts), as analyze notes them
+
+    if read_notes(tl):
+        man["read_notes"] = read_notes(tl)
+    with writing_into(outdir):
+        outdir.mkdir(parents=True, exist_ok=True)
+    with _locked(outdir, progress):
+        with writing_into(outdir):
+            _start(outdir, man, written)
+        for name in names:
+            if progress is not None:
+                progress(name)
+            df = tl.table(name)     # its errors are the timeline's (decode cache, spill files), not the output's
+            with writing_into(outdir):
+                _put_table(outdir, name, df, man, written)
+        man["complete"] = True
+        with writing_into(outdir):
+            _write_json(outdir / MANIFEST, man)
     return man

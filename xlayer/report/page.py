@@ -2,7 +2,9 @@
 
 Panels share one time axis (UTC on the bundle's reference clock) and each shades every incident
 window: goodput per flow; PHY rate, MAC retry fraction, airtime share and RSSI per station; AP
-queue sojourn and drops; TCP retransmissions by class; and, from host TCP samples, cwnd and
+queue sojourn and drops; the downlink delay split into wired path, AP queue, waiting behind other
+packets' retries, MAC access, airtime, fragments and retries (the `delay` table the attribution
+orders causes by); TCP retransmissions by class; and, from host TCP samples, cwnd and
 srtt/rto with the flow's one-way delay beside rto (a delay above the RTO means a spurious timeout).
 A panel with no data for the bundle is left out and the page says why.  Tables list the incidents
 with their evidence, the flows, the clock alignment and the bundle's tags.
@@ -46,6 +48,7 @@ PANELS: dict[str, str] = {
     "airtime": "Airtime share per station",
     "rssi": "Signal strength (RSSI) per station",
     "sojourn": "AP queue: sojourn time and drops",
+    "delay": "Where downlink delay went (mean per bin, stacked)",
     "retrans": "TCP retransmissions by class",
     "cwnd": "Congestion window (host samples)",
     "rto": "RTO and sRTT (host samples) beside the one-way delay",
@@ -417,6 +420,40 @@ def _panel_sojourn(ctx: _Ctx) -> Any:
     return p
 
 
+# the `delay` table's parts, bottom to top, with their colours and labels
+DELAY_PARTS = (("wired_ns", "#7f7f7f", "wired path"), ("queue_load_ns", "#1f77b4", "AP queue (packets ahead)"),
+               ("queue_retry_ns", "#ff9896", "AP queue (behind others' retries)"),
+               ("access_ns", "#2ca02c", "MAC access"), ("air_ns", "#9467bd", "first transmission"),
+               ("fragments_ns", "#bcbd22", "further fragments"), ("retry_ns", "#d62728", "own retries"))
+
+
+def _panel_delay(ctx: _Ctx) -> Any:
+    from bokeh.models import ColumnDataSource
+
+    d = _table_or_empty(ctx.tl, "delay")
+    if d.is_empty():
+        raise _NoData("no downlink packet was followed from the AP's wired side to its last transmission "
+                      "(the bundle needs the AP's wired capture and an air capture)")
+    t = d["ts_ns"]
+    w = _width(int(t.max() - t.min()), ctx.tl.bin_ns, 2000)
+    d = d.with_columns((pl.col("queue_ns") - pl.col("queue_retry_ns")).clip(lower_bound=0).alias("queue_load_ns"),
+                       pl.col("wired_ns").fill_null(0).clip(lower_bound=0))
+    cols = [c for c, _, _ in DELAY_PARTS]
+    b = d.with_columns((pl.col("ts_ns") // w * w).alias("b")).group_by("b").agg(
+        *(pl.col(c).mean() for c in cols)).sort("b")
+    x = _ms(b["b"].to_numpy() + w // 2)
+    ctx.extent(x)
+    src = ColumnDataSource({"x": x, **{c: b[c].fill_null(0).to_numpy() / 1e6 for c in cols}})
+    p = _figure(ctx, "delay", "mean delay (ms)", PANELS["delay"] + f" ({d.height:,} packets, {w / 1e6:g} ms bins)")
+    # (areas take no hover in Bokeh: the legend names the parts, the delay table has the numbers)
+    rs = p.varea_stack(stackers=cols, x="x", color=[c for _, c, _ in DELAY_PARTS], alpha=0.8,
+                       legend_label=[lab for _, _, lab in DELAY_PARTS], source=src)
+    for r, (_, _, lab) in zip(rs, DELAY_PARTS):
+        r.name = lab
+    p.y_range.start = 0
+    return p
+
+
 def _nearest_sender(ctx: _Ctx, rt: pl.DataFrame) -> pl.DataFrame:
     """Return the retransmissions of each flow counted at one capture: the sender-side one the flow passes first."""
     # Upstream order comes from the one-way delay pairs (a capture with fewer captures upstream of it
@@ -642,6 +679,7 @@ def _panels(ctx: _Ctx) -> list[tuple[str, Callable[[], Any]]]:
         ("rssi", lambda: _station_panel(ctx, "rssi", "signal_dbm", "dBm", 1.0, "median", "0", "dBm",
                                         "the radio headers carry no signal strength of the stations' frames")),
         ("sojourn", lambda: _panel_sojourn(ctx)),
+        ("delay", lambda: _panel_delay(ctx)),
         ("retrans", lambda: _panel_retrans(ctx)),
         ("cwnd", lambda: _panel_cwnd(ctx)),
         ("rto", lambda: _panel_rto(ctx)),
@@ -841,7 +879,20 @@ def build_report(tl: Any, analysis: Analysis, path: str | os.PathLike, *, title:
     """Write the bundle's HTML report to path; return what it holds (panels drawn and left out, size)."""
     page, drawn, omitted, notes = render_report(tl, analysis, title=title, progress=progress)
     out = Path(path)
-    tmp = out.with_name(out.name + ".part")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, out)
+    write_page(page, out)
     return Report(path=out, panels=drawn, omitted=omitted, size_bytes=out.stat().st_size, notes=notes)
+
+
+def write_page(page: str, out: Path) -> None:
+    """Write the page to `out` whole or not at all (OutputError naming its directory); return None.
+
+    Written to a temporary file beside it and renamed: an interrupt or a full disk leaves the earlier
+    file (if any) and no temporary file.
+    """
+    from xlayer.metrics.export import remove_stale_temps, whole_file, writing_into
+
+    with writing_into(out.absolute().parent):
+        remove_stale_temps(out.parent, {out.name})
+        with whole_file(out) as tmp:
+            tmp.write_text(page, encoding="utf-8")
+            os.replace(tmp, out)

@@ -13,8 +13,10 @@ The packet tables are kept in the decode cache (`xlayer.timeline.cache`): writte
 Arrow IPC files, mapped back zero-copy by `packets()` (only the columns asked for are touched), and
 found again by the next command on the same captures; each derived table is written there too once
 its module has computed it.  Without the cache (`cache=False`), large bundles are spilled the same way
-to a temporary directory (removed with the Timeline, or by `Timeline.close`), and `spill=False` keeps
-every table in memory instead.  What the alignment reads is held on disk while the captures are read.
+to a temporary directory (removed with the Timeline, by `Timeline.close` or at exit; one a killed
+process left is removed by the next process that opens a timeline: see `SPILL_PREFIX`), and
+`spill=False` keeps every table in memory instead.  What the alignment reads is held on disk while
+the captures are read.
 
 Derived tables are computed on first use by the modules the timeline was opened with (`modules=`;
 `xlayer.metrics.MODULES` for the metric tables, which `xlayer.open_timeline` passes): each module has
@@ -25,6 +27,7 @@ place keeps its own stamps, and its tables say so through `Timeline.alignment`.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -37,7 +40,7 @@ import polars as pl
 
 from parsers.decode.ingest import IngestStats
 from xlayer.bundle.manifest import Bundle, BundleError, CaptureEntry, open_bundle
-from xlayer.bundle.tables import scan
+from xlayer.bundle.tables import scan, state_ingest_stats, state_read_error
 from xlayer.timeline.flowkey import flow_exprs
 
 ADDED = ("capture_file", "vantage", "clock", "kind", "ts_local_ns", "flow", "conn", "dir")
@@ -76,6 +79,14 @@ def read_packets(path: str | os.PathLike, columns: list[str], decoder: str = "fa
     if not parts:
         return pl.DataFrame(schema={c: SCHEMA[c] for c in columns})
     return pl.concat(parts, rechunk=True)
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """Return whether an error is a full disk or quota (also when a library wrapped the OSError in text)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(exc)
+    return os.strerror(errno.ENOSPC) in text or os.strerror(errno.EDQUOT) in text
 
 
 def _spill_read(path: str | os.PathLike, columns: list[str], keep: list[str], out_dir: str,
@@ -132,6 +143,12 @@ class Timeline:
         if self._spill_dir is not None:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
 
+    def __enter__(self) -> Timeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # --- captures ---
 
     def entries(self, kind: str | None = None) -> list[CaptureEntry]:
@@ -176,15 +193,23 @@ class Timeline:
     def host_state(self) -> pl.DataFrame:
         """Return every host TCP state sample with ts_ns on the reference clock (ts_local_ns kept)."""
         if self._host is None:
+            from parsers.hoststate.common import ReadStats
+
             frames = []
             for e in self.bundle.captures:
                 if e.is_packets:
                     continue
+                st = ReadStats()
                 try:
-                    df = scan(self.bundle, e).collect()
+                    df = scan(self.bundle, e, stats=st).collect()
                 except Exception as exc:  # noqa: BLE001 - one unreadable sampler file must not stop the rest
                     self.errors[e.file] = f"{type(exc).__name__}: {exc}"
                     continue
+                # nothing readable is a read error; read in part is counted like malformed packets
+                if state_read_error(st) is not None:
+                    self.errors[e.file] = state_read_error(st)
+                elif st.summary():
+                    self.read_stats[e.file] = state_ingest_stats(st)
                 frames.append(self._align(df, e))
             self._host = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
         return self._host
@@ -303,6 +328,86 @@ class _IpcTables(Mapping):
 
 # Without the cache, spill the packet tables to disk when the bundle's packet captures hold more than this.
 SPILL_MIN_BYTES = 64 << 20
+# Spill directories are TMPDIR/xlayer-timeline-PID-START-RANDOM: PID and START (its start time in clock
+# ticks since boot, 0 where /proc is absent) say whose it is, so that one left by a process that died
+# without cleaning up (SIGKILL, power loss, a SIGTERM before the handlers were set) is found and removed
+# by the next timeline opened; START tells a dead owner from a new process that was given its PID.
+SPILL_PREFIX = "xlayer-timeline-"
+
+
+def _start_ticks(pid: int) -> int | None:
+    """Return a process's start time (clock ticks since boot): 0 without /proc, None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except FileNotFoundError:
+        return None if os.path.isdir("/proc/self") else (0 if _pid_alive(pid) else None)
+    except OSError:
+        return 0
+    try:    # the command name (field 2) may hold spaces and parentheses: count from the last ')'
+        return int(stat[stat.rindex(b")") + 2:].split()[19])
+    except (ValueError, IndexError):
+        return 0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def new_spill_dir() -> str:
+    """Return a new spill directory under TMPDIR, named after this process (see SPILL_PREFIX)."""
+    pid = os.getpid()
+    return tempfile.mkdtemp(prefix=f"{SPILL_PREFIX}{pid}-{_start_ticks(pid) or 0}-")
+
+
+def _spill_owner(name: str) -> tuple[int, int] | None:
+    """Return (pid, start ticks) from a spill directory's name, or None if it is not one of ours."""
+    parts = name[len(SPILL_PREFIX):].split("-") if name.startswith(SPILL_PREFIX) else []
+    if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def clean_stale_spills(root: str | os.PathLike | None = None) -> int:
+    """Remove the spill directories in `root` (TMPDIR) of processes that are gone; return how many.
+
+    Only our user's: another user's process may be alive in another PID namespace.
+    """
+    root = os.fspath(root) if root is not None else tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    n = 0
+    for name in names:
+        owner = _spill_owner(name)
+        if owner is None or owner[0] == os.getpid():
+            continue
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid():
+            continue
+        now = _start_ticks(owner[0])
+        if now is None or (owner[1] and now and now != owner[1]):   # gone, or its PID reused since
+            shutil.rmtree(path, ignore_errors=True)
+            n += not os.path.exists(path)
+    return n
+
+
+def _remove_spill(path: str, owner: int) -> None:
+    """Remove a spill directory, from the process that made it only (a forked child inherits the
+    finalizer that calls this, and must not take its parent's files away)."""
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None = None, *, decoder: str = "fast",
@@ -320,6 +425,7 @@ def open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None = No
 
     if not isinstance(bundle, Bundle):
         bundle = open_bundle(bundle)
+    clean_stale_spills()
     cols = needed_columns(modules)
     key = build = None
     if cache:
@@ -341,6 +447,7 @@ def open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None = No
         tl = _open_timeline(bundle, reference, decoder, bin_ns, progress,
                             True if build is not None else spill, created, modules,
                             str(build) if build is not None else None)
+        tl.host_state()     # read now, so its read errors are known to every output (and kept in the cache)
         if build is not None:
             tl = _commit(tl, build, key)
         return tl
@@ -420,7 +527,7 @@ def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: 
                 size += path.stat().st_size
         spill = size > SPILL_MIN_BYTES
     if spill and spill_dir is None:
-        spill_dir = tempfile.mkdtemp(prefix="xlayer-timeline-")
+        spill_dir = new_spill_dir()
         created.append(spill_dir)
     raw: dict[str, pl.DataFrame] = {}
     raw_files: dict[str, list[str]] = {}
@@ -450,6 +557,9 @@ def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: 
                 del small
                 _release_freed_memory()
         except Exception as exc:  # noqa: BLE001 - one unreadable capture must not stop the others
+            if _disk_full(exc):
+                # the scratch space, not the capture, failed: every later capture would fail alike
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)) from exc
             errors[e.file] = f"{type(exc).__name__}: {exc}"
     if progress is not None:
         progress("aligning clocks")
@@ -462,7 +572,8 @@ def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: 
     tl = Timeline(bundle, al, bin_ns=bin_ns, modules=tuple(modules), errors=errors, _spill_dir=spill_dir,
                   read_stats=read_stats)
     if spill_dir is not None and spill_dir in created:
-        weakref.finalize(tl, shutil.rmtree, spill_dir, True)
+        # removed when the timeline goes, or at exit (after an exception, KeyboardInterrupt or Stop)
+        weakref.finalize(tl, _remove_spill, spill_dir, os.getpid())
     for e in bundle.captures:
         if e.file not in (raw if spill_dir is None else raw_files):
             continue
@@ -482,3 +593,22 @@ def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: 
             os.remove(f)
         tl._spilled[e.file] = path
     return tl
+
+
+def read_notes(tl: Timeline) -> list[str]:
+    """Return one line per capture whose reading skipped or could not fully decode records (with the counts)."""
+    out = []
+    for f, st in getattr(tl, "read_stats", {}).items():
+        bits = []
+        if st.malformed:
+            top = ", ".join(f"{r} x{n}" for r, n in st.malformed_reasons.most_common(2))
+            bits.append(f"{st.malformed:,} of {st.records:,} records malformed ({top})")
+        if st.truncated_tail:
+            bits.append("the file ends inside its last record (skipped)")
+        if st.skipped_bytes:
+            bits.append(f"{st.skipped_bytes:,} bytes skipped")
+        if st.error:
+            bits.append(f"reading stopped early: {st.error}")
+        if bits:
+            out.append(f"{f}: " + "; ".join(bits))
+    return out

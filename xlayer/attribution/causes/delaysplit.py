@@ -9,7 +9,9 @@ adds its own retries and fragments to those parts and the rest to `load`.
 
 The hog is the station whose service exceeds what its packets would have cost at the other
 stations' typical per-packet service by the most, when that excess is at least `HOG_MIN_SHARE` of
-the AP's service time in the window: the line time the other stations lost to it.  Whether it is
+the AP's service time in the window: the line time the other stations lost to it.  The same excess
+is counted in airtime (every frame of the station a sniffer saw, both ways, over its packets) and
+the larger share counts: the air also holds the slow station's own uplink frames.  Whether it is
 slow because of its link (its PHY rate a fraction of the others' and its signal weaker: the
 performance anomaly) or because its frames are retried on a good link (a deaf or interfered
 receiver: MAC retries) is decided from those measured rates and signals.
@@ -100,6 +102,20 @@ def _signals(ctx: Context, w: Window) -> dict[str, float]:
     return dict(s.group_by("station").agg(pl.col("signal_dbm").median()).iter_rows())
 
 
+def _air_excess(ctx: Context, w: Window, per: pl.DataFrame) -> np.ndarray | None:
+    """Return per station of `per` its airtime beyond what its packets cost the others (share of their air)."""
+    ss = ctx.between("station_series", w.start_ns, w.end_ns, col="bin_start_ns")
+    if ss.height == 0:
+        return None
+    a = dict(ss.group_by("station").agg(pl.col("airtime_ns").sum()).iter_rows())
+    air = np.array([float(a.get(st) or 0.0) for st in per["station"].to_list()])
+    n = per["n"].to_numpy().astype(float)
+    if (air <= 0).any() or air.sum() <= 0:
+        return None
+    cost = air / n
+    return np.array([air[i] - n[i] * float(np.median(np.delete(cost, i))) for i in range(len(air))]) / air.sum()
+
+
 def find_hog(ctx: Context, w: Window, d: pl.DataFrame | None = None) -> Hog | None:
     """Return the window's hog station (see the module docstring), or None when no station is one."""
     d = _window(ctx, w) if d is None else d
@@ -115,16 +131,22 @@ def find_hog(ctx: Context, w: Window, d: pl.DataFrame | None = None) -> Hog | No
     if total <= 0:
         return None
     cost = t / n
-    excess = np.array([t[i] - n[i] * float(np.median(np.delete(cost, i))) for i in range(len(t))])
+    excess = np.array([t[i] - n[i] * float(np.median(np.delete(cost, i))) for i in range(len(t))]) / total
+    air = _air_excess(ctx, w, per)
+    if air is not None:
+        # the same excess counted in air used (data both ways, retries, ACKs: what a sniffer sees
+        # of each station), which also holds when the AP's service spans overlap (fragment bursts
+        # interleaved) and counts the slow station's own uplink frames
+        excess = np.maximum(excess, air)
     i = int(np.argmax(excess))
-    if excess[i] < HOG_MIN_SHARE * total:
+    if excess[i] < HOG_MIN_SHARE:
         return None
     st = per["station"][i]
     rates, sig = _rates(ctx, w), _signals(ctx, w)
     others = [s for s in per["station"].to_list() if s != st]
     orates = [rates[s] for s in others if s in rates]
     osig = [sig[s] for s in others if s in sig]
-    return Hog(st, float(excess[i] / total), float(t[i] / total), float(n[i] / n.sum()), float(cost[i] / 1e6),
+    return Hog(st, float(excess[i]), float(t[i] / total), float(n[i] / n.sum()), float(cost[i] / 1e6),
                float(np.median(np.delete(cost, i)) / 1e6), rates.get(st), float(np.median(orates)) if orates else None,
                float(np.median(osig) - sig[st]) if st in sig and osig else None,
                float(per["rt"][i] / max(t[i], 1)), float(per["fr"][i] / max(t[i], 1)))
