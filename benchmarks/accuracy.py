@@ -104,9 +104,13 @@ def _span(path: Path) -> list[int]:
     return [] if lo is None else [lo, hi]
 
 
-def alignment_errors(bundle: Path, alignment: dict, truth: dict) -> dict[str, float]:
+def alignment_errors(bundle: Path, alignment: dict, truth: dict, skew_err: dict[str, float] | None = None,
+                     status: dict[str, str] | None = None) -> dict[str, float]:
     """Return per packet capture off the reference clock the largest |estimated - true| (us) over its
-    span (as tests/timeline/test_align.py: the reference vantage's true clock is the simulation's)."""
+    span (as tests/timeline/test_align.py: the reference vantage's true clock is the simulation's);
+    fill `skew_err` (|estimated - true| skew, ppm) and `status` (the alignment's own verdict) if given."""
+    skew_err = {} if skew_err is None else skew_err
+    status = {} if status is None else status
     import numpy as np
 
     from xlayer.timeline.align import ClockMap, to_reference_ns
@@ -127,6 +131,8 @@ def alignment_errors(bundle: Path, alignment: dict, truth: dict) -> dict[str, fl
             continue
         est = np.asarray(to_reference_ns(span, c["offset_s"], c.get("skew_ppm") or 0.0, c.get("anchor_ts") or 0.0))
         out[f] = float(np.abs(est - np.asarray(true.to_reference_ns(span))).max()) / 1e3
+        skew_err[f] = abs(float(c.get("skew_ppm") or 0.0) - float(t["skew_ppm"]))
+        status[f] = str(c.get("status") or "")
     return out
 
 
@@ -159,7 +165,9 @@ def score(seed: int, bundle: Path, an_json: dict) -> dict[str, Any]:
         pairs = [(NONE, i.cause or NONE) for i in incs] or [(NONE, NONE)]
     return {"seed": seed, "causes": sorted({c["cause"] for c in prim}), "pairs": pairs, "ious": ious,
             "right": res["right"], "total": res["total"], "spurious": res["spurious_incidents"],
-            "root_errors": root_errors, "align": alignment_errors(bundle, an_json.get("alignment", {}), truth),
+            "root_errors": root_errors,
+            "align": alignment_errors(bundle, an_json.get("alignment", {}), truth, skew := {}, status := {}),
+            "skew": skew, "status": status,
             "expect": truth.get("expect", {}).get("holds"),
             "incidents": [(round(i.start_ns / 1e9 - 1.7e9, 2), round(i.end_ns / 1e9 - 1.7e9, 2), i.cause)
                           for i in incs]}
@@ -240,6 +248,12 @@ def report(rows: list[dict[str, Any]]) -> None:
               f"p50 {pct(al, 0.5):.1f}, p90 {pct(al, 0.9):.1f}, p99 {pct(al, 0.99):.1f}, max {max(al):.1f}")
         for f, v in sorted(by_file.items()):
             print(f"  {f:<14} p50 {pct(v, 0.5):.1f}  max {max(v):.1f}")
+        both = [(v, r["skew"].get(f, 0.0)) for r in ok for f, v in r["align"].items()]
+        good = sum(v <= 100 and k <= 2 for v, k in both)
+        print(f"captures within 100 us and 2 ppm: {good}/{len(both)} ({good / len(both):.1%}); "
+              f"skew error p50 {pct([k for _, k in both], 0.5):.2f}, max {max(k for _, k in both):.2f} ppm")
+        st = Counter(x.split(":")[0] for r in ok for x in r["status"].values())
+        print("alignment status: " + ", ".join(f"{k or 'none'} {n}" for k, n in sorted(st.items())))
     print(f"scenarios whose intended effect showed (truth expect): {sum(bool(r['expect']) for r in ok)}/{len(ok)}")
 
 
