@@ -199,7 +199,9 @@ def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None
     if mine.height == 0:
         return None
     hog = find_hog(ctx, w, d)
-    parts = _parts(mine, d, hog.station if hog else None)
+    # the packets served while the window's packets waited arrived up to their longest wait before
+    served = ctx.between("delay", w.start_ns - LEAD_NS - int(mine["queue_ns"].max() or 0), w.end_ns)
+    parts = _parts(mine, served, hog.station if hog else None)
     total = sum(parts.values())
     sel = total >= 0.5 * rto_ms * 1e6 if rto_ms else total >= np.quantile(total, 0.9)
     if not sel.any():
