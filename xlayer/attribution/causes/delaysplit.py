@@ -105,7 +105,7 @@ def _signals(ctx: Context, w: Window) -> dict[str, float]:
 def _air_excess(ctx: Context, w: Window, per: pl.DataFrame) -> np.ndarray | None:
     """Return per station of `per` its airtime beyond what its packets cost the others (share of their air)."""
     ss = ctx.between("station_series", w.start_ns, w.end_ns, col="bin_start_ns")
-    if ss.height == 0:
+    if ss.height == 0 or "airtime_ns" not in ss.columns:
         return None
     a = dict(ss.group_by("station").agg(pl.col("airtime_ns").sum()).iter_rows())
     air = np.array([float(a.get(st) or 0.0) for st in per["station"].to_list()])
