@@ -1,28 +1,48 @@
 """The `random` scenario: a setup and 0-2 injected causes drawn from the seed (issue 11).
 
 `draw(seed)` picks, with a `random.Random` of its own (nothing else in the run moves it), what the
-ns-3 world of `world.py` can already build: 1-6 stations at 2-120 m, 802.11g or n, Minstrel or a
-constant rate, an AP queue of 50-1000 packets, and 0-2 causes the fixed scenarios know how to write
-truth for.  `build(seconds, seed)` turns the draw into a `Scenario` whose ``causes`` hook writes truth
-with the same `_cause` helper as the fixed scenarios, so `xlayer.attribution.truthcheck` scores it.
+ns-3 world of `world.py` can build: 1-6 stations at 2-120 m, 802.11g or n, Minstrel or a constant
+rate, an AP queue of 50-1000 packets, a wired (server <-> AP) one-way delay of 1-80 ms, and 0-2 causes
+the fixed scenarios know how to write truth for, or a hidden node.  `build(seconds, seed)` turns the
+draw into a `Scenario` whose ``causes`` hook writes truth with the same `_cause` helper as the fixed
+scenarios, so `xlayer.attribution.truthcheck` scores it.
 
 At most one cause is an *event* (it starts during the run): ``performance_anomaly`` (a far station's
 TCP download starts), ``udp_overflow`` (an unresponsive UDP stream to a far station starts),
-``delay_spike`` (a station is deaf for 0.6-1.2 s behind a reliable MAC) or ``walkaway`` (a station
-walks away until it loses the association); at most one is a *MAC setting* for the whole run:
-``fragmentation`` (threshold 256-1000 B) or ``rts_cts`` (threshold 0-1000 B).  No cause: a steady run.
+``delay_spike`` (a station is deaf for 0.6-1.2 s behind a reliable MAC), ``walkaway`` (a station
+walks away until it loses the association) or ``hidden_node`` (an ad hoc 802.11g pair outside the
+BSS, beside one station, transmits for 0.6-2 s: broadcast frames at a constant 6-54 Mbit/s, or
+unicast frames to its peer under Minstrel; the AP cannot hear it, so its frames to that station
+collide there: truth ``mac_retries`` on that station over the burst, ``spurious_rto`` if timeouts
+follow); at most one is a *MAC setting* for the whole run: ``fragmentation`` (threshold 256-1000 B)
+or ``rts_cts`` (threshold 0-1000 B).  No cause: a steady run.
 
 Constraints that keep the truth honest (what the draw will not produce):
 
 - The stations that carry no cause stand where the rate in use works without help (g: 2-20 m, n:
   2-12 m) and start together, so a run without a cause has nothing an analyzer should name.
-- The far stations (105-120 m), fragmentation, the delay spike and the walk are 802.11g only (ns-3
-  3.44 aborts on fragmentation with aggregation, and a missed Block Ack freezes the AP queue); the far
-  stations and the walk need Minstrel (a constant rate has no performance anomaly and no range), the
-  delay spike a constant rate (as the fixed scenario: Minstrel would add rate changes).
-- The TCP receive windows of all flows together fit in the AP queue (a smaller receive buffer when the
-  queue is small), so no queue drop happens without the UDP cause.
-- The wired delay is not drawn: world.py's wired link is CSMA at 1 Gbit/s with a fixed 500 ns delay.
+- The far stations (105-120 m), fragmentation, the delay spike, the walk and the hidden node are
+  802.11g only (ns-3 3.44 aborts on fragmentation with aggregation, a missed Block Ack freezes the AP
+  queue, and the interferer is 802.11g); the far stations and the walk need Minstrel (a constant rate
+  has no performance anomaly and no range), the delay spike a constant rate (as the fixed scenario:
+  Minstrel would add rate changes).
+- The hidden node's victim stands 15-20 m from the AP, the interferer 0.5 m beyond it (its peer 0.5 m
+  further) at a transmit power that makes it 0-3 dB weaker than the AP there: at the AP (and the
+  sniffer beside it) it arrives at about -95 dBm or less, below preamble detection (-90 dBm), so the
+  AP never defers to it (truth.json's topology gives the powers).  The other stations stand within
+  10 m and at least 90 degrees away from the victim, so they do not hear it: the retries are the
+  victim's.  It transmits only in its burst, and its frames are never the AP's BSS (ad hoc).  It is
+  never drawn with RTS/CTS (the victim's CTS silences it: a trial run's victim kept a retry fraction
+  of 0.00 through the burst); with fragmentation it may be.
+- The TCP receive window fills the path at its round trip (twice the wired delay plus 5 ms, at 30
+  Mbit/s on g and 100 on n; at least ns-3's 128 KiB), but the windows of all flows together fit in
+  the AP queue with a fifth spare (a smaller receive buffer when the queue is small), so no queue
+  drop happens without the UDP cause, except after spurious timeouts (the servers resend whole
+  windows while the originals still wait in the queue): the truth then names ``ap_queue_overflow``
+  as a secondary cause.  The send buffer is at least the receive window.
+- The wired link of a random run is point-to-point at 1 Gbit/s with the drawn delay (the fixed
+  scenarios keep CSMA with 500 ns: a CSMA channel stays busy for its whole delay); its captures are
+  written as Ethernet II, as a host's capture on that link shows them.
 """
 from __future__ import annotations
 
@@ -32,6 +52,7 @@ from typing import Any
 
 from xlayer.testbeds.sim.scenarios import (
     Flow,
+    Interferer,
     Scenario,
     Station,
     _cause,
@@ -43,7 +64,7 @@ from xlayer.testbeds.sim.scenarios import (
     walked_away,
 )
 
-EVENT_CAUSES = ("performance_anomaly", "udp_overflow", "delay_spike", "walkaway")
+EVENT_CAUSES = ("performance_anomaly", "udp_overflow", "delay_spike", "walkaway", "hidden_node")
 MAC_CAUSES = ("fragmentation", "rts_cts")
 CAUSE_KINDS = EVENT_CAUSES + MAC_CAUSES
 
@@ -62,6 +83,18 @@ DEFAULT_RCV_BUF = 131072
 TRAFFIC_START_S = 1.0
 WALK_PATH_LOSS = 4.0     # as the fixed walkaway: the rate falls within seconds at 8-12 m/s
 WALK_LOST_M = 65.0       # past about 62 m the station stops hearing beacons (exponent 4)
+WIRED_DELAY_MS = (1.0, 80.0)   # one way, server <-> AP
+# What one station's TCP download can carry at most (with its MAC overhead): the receive window
+# that fills the path is this rate times the round trip.
+LINK_BPS = {"g": 30e6, "n": 100e6}
+WIFI_RTT_S = 0.005
+# The hidden node's victim stands 15-20 m from the AP (the interferer, 0.5 m beyond it and as loud
+# there as the AP, then reaches the AP at -95 dBm or less: below preamble detection, about -90 dBm),
+# the other stations within 10 m and at least 90 degrees away from it (they do not hear it either).
+HIDDEN_VICTIM_M = (15.0, 20.0)
+HIDDEN_OTHERS_MAX_M = 10.0
+HIDDEN_FOR_S = (0.6, 2.0)
+HIDDEN_MODES = ("ErpOfdmRate6Mbps", "ErpOfdmRate12Mbps", "ErpOfdmRate24Mbps", "ErpOfdmRate54Mbps")
 
 
 def _r(x: float, nd: int = 2) -> float:
@@ -78,6 +111,8 @@ def draw(seed: int) -> dict[str, Any]:
     elif n_causes == 1:
         kind = rng.choice(CAUSE_KINDS)
         event, mac = (kind, None) if kind in EVENT_CAUSES else (None, kind)
+    if event == "hidden_node" and mac == "rts_cts":
+        mac = "fragmentation"      # RTS/CTS cures the hidden node: the victim's CTS silences it
     causes = [c for c in (event, mac) if c]
 
     g_only = event is not None or mac == "fragmentation"
@@ -86,7 +121,7 @@ def draw(seed: int) -> dict[str, Any]:
         rate_manager = "minstrel"
     elif event == "delay_spike":
         rate_manager = "constant"
-    else:
+    else:       # hidden_node too: the AP's retries at a constant rate or while Minstrel steps down
         rate_manager = rng.choice(("minstrel", "constant"))
     if rate_manager == "minstrel" and standard == "n":
         rate_manager = "minstrel_ht"
@@ -96,7 +131,8 @@ def draw(seed: int) -> dict[str, Any]:
     own = far or event == "walkaway"       # the cause brings its own station
     n_sta = rng.randint(2 if far else 1, MAX_STATIONS)
     n_good = n_sta - 1 if own else n_sta
-    good_max = 10.0 if event == "walkaway" else GOOD_MAX_M[standard]
+    good_max = 10.0 if event == "walkaway" else HIDDEN_OTHERS_MAX_M if event == "hidden_node" \
+        else GOOD_MAX_M[standard]
     good = []
     for _ in range(n_good):
         d, a = rng.uniform(2.0, good_max), rng.uniform(0.0, 2 * math.pi)
@@ -126,7 +162,38 @@ def draw(seed: int) -> dict[str, Any]:
         p["frag_threshold"] = rng.randrange(256, 1001, 2)
     if mac == "rts_cts":
         p["rts_threshold"] = rng.randint(0, 1000)
+    if event == "hidden_node":
+        _draw_hidden(rng, p)
+    p["wired_delay_ms"] = _r(rng.uniform(*WIRED_DELAY_MS))
     return p
+
+
+def _draw_hidden(rng: random.Random, p: dict[str, Any]) -> None:
+    """Draw the hidden node of `p` into it: the victim (moved out to 15-20 m, the others turned away
+    from it) and the interferer's burst, rate and load."""
+    good = p["good_stations"]
+    v = rng.randrange(len(good))
+    good[v]["distance_m"] = _r(rng.uniform(*HIDDEN_VICTIM_M))
+    va = good[v]["angle_deg"]
+    for i, gs in enumerate(good):
+        if i != v and abs((gs["angle_deg"] - va + 180.0) % 360.0 - 180.0) < 90.0:
+            gs["angle_deg"] = _r((gs["angle_deg"] + 180.0) % 360.0, 1)
+    rm = rng.choice(("constant", "minstrel"))
+    h = {"station": v, "for_s": _r(rng.uniform(*HIDDEN_FOR_S)), "rate_manager": rm,
+         "data_mode": rng.choice(HIDDEN_MODES) if rm == "constant" else None,
+         "offered_duty": _r(rng.uniform(0.3, 0.9)), "size": rng.randrange(500, 1501, 4),
+         "sinr_db": _r(rng.uniform(0.0, 3.0))}
+    # frames a second that would take the offered share of the air (Minstrel: as if at 24 Mbit/s)
+    mbps = int(h["data_mode"][len("ErpOfdmRate"):-len("Mbps")]) if h["data_mode"] else 24
+    h["packets_per_s"] = round(h["offered_duty"] / ofdm_airtime_s(h["size"], mbps), 1)
+    p["hidden"] = h
+
+
+def ofdm_airtime_s(payload: int, mbps: int) -> float:
+    """Return the air time of an ERP-OFDM data frame carrying `payload` bytes (LLC/SNAP, a 24-byte
+    header and the FCS around it) at `mbps`: preamble, SIGNAL, data symbols and signal extension."""
+    bits = 16 + 8 * (payload + 8 + 24 + 4) + 6
+    return (20 + 4 * math.ceil(bits / (4 * mbps)) + 6) / 1e6
 
 
 def default_seconds(p: dict[str, Any]) -> float:
@@ -136,6 +203,8 @@ def default_seconds(p: dict[str, Any]) -> float:
         return _r(p["walk_at_s"] + (WALK_LOST_M - p["walk_from_m"]) / p["walk_speed_mps"] + 1.5)
     if ev == "delay_spike":
         return _r(p["event_at_s"] + p["deaf_for_s"] + p["after_s"])
+    if ev == "hidden_node":
+        return _r(p["event_at_s"] + p["hidden"]["for_s"] + p["after_s"])
     if ev is not None:
         return _r(p["event_at_s"] + p["after_s"])
     return p["steady_s"]
@@ -147,12 +216,13 @@ def describe(p: dict[str, Any]) -> str:
     n = len(p["good_stations"]) + (1 if "far_m" in p or "walk_from_m" in p else 0)
     causes = ", ".join(p["causes"]) or "no cause (steady)"
     return (f"seed {p['seed']}: 802.11{p['standard']} {rate}, {n} station(s), AP queue {p['queue_packets']} "
-            f"packets; {causes}")
+            f"packets, wired delay {p['wired_delay_ms']:g} ms; {causes}")
 
 
 @scenario("random", "a setup and 0-2 injected causes drawn from the seed: 1-6 stations at 2-120 m, "
-          "802.11g or n, Minstrel or a constant rate, AP queue 50-1000 packets; causes among "
-          "performance_anomaly, udp_overflow, delay_spike, walkaway, fragmentation, rts_cts (issue 11)",
+          "802.11g or n, Minstrel or a constant rate, AP queue 50-1000 packets, wired delay 1-80 ms; causes "
+          "among performance_anomaly, udp_overflow, delay_spike, walkaway, hidden_node, fragmentation, "
+          "rts_cts (issue 11)",
           0.0, seeded=True)
 def build(seconds: float | None, seed: int) -> Scenario:
     """Return seed `seed`'s random scenario for `seconds` of simulated time (None: what it needs)."""
@@ -190,15 +260,18 @@ def build(seconds: float | None, seed: int) -> Scenario:
         stations.insert(0, st)
         flows.insert(0, Flow("tcp_walk", "tcp", "sta_walk", 5100, TRAFFIC_START_S))
         extra.update(path_loss_exponent=WALK_PATH_LOSS, fading_m=3.0)
+    elif ev == "hidden_node":
+        h = p["hidden"]
+        extra["interferers"] = [Interferer(
+            "hidden0", f"sta{h['station']}", at, _r(min(at + h["for_s"], secs), 6), sinr_db=h["sinr_db"],
+            rate_manager=h["rate_manager"], data_mode=h["data_mode"], packets_per_s=h["packets_per_s"],
+            size=h["size"])]
     if "frag_threshold" in p:
         extra["frag_threshold"] = p["frag_threshold"]
     if "rts_threshold" in p:
         extra["rts_threshold"] = p["rts_threshold"]
 
-    n_tcp = sum(f.proto == "tcp" for f in flows)
-    # every TCP window together fits in the AP queue (with a fifth spare): no drop without UDP
-    per_flow = int(0.8 * p["queue_packets"] / n_tcp)
-    rcv_buf = DEFAULT_RCV_BUF if per_flow * SEGMENT >= DEFAULT_RCV_BUF else max(4, per_flow) * SEGMENT
+    rcv_buf = rcv_buffer(p, sum(f.proto == "tcp" for f in flows))
 
     control = None
     if p["data_mode"]:
@@ -209,7 +282,18 @@ def build(seconds: float | None, seed: int) -> Scenario:
         name="random", summary=describe(p), seconds=secs, stations=stations, flows=flows,
         standard=p["standard"], rate_manager=p["rate_manager"], data_mode=p["data_mode"],
         control_mode=control, queue_packets=p["queue_packets"], tcp_rcv_buf=rcv_buf,
+        tcp_snd_buf=max(DEFAULT_RCV_BUF, rcv_buf), wired_delay_ms=p["wired_delay_ms"],
         expect=hooks.expect, causes=hooks.causes, **extra)
+
+
+def rcv_buffer(p: dict[str, Any], n_tcp: int) -> int:
+    """Return the TCP receive buffer (bytes) of draw `p` with `n_tcp` TCP flows: what fills the path at
+    its round trip (at least ns-3's 128 KiB), capped so every window together fits in the AP queue with
+    a fifth spare (no queue drop without the UDP stream)."""
+    rtt = 2 * p["wired_delay_ms"] / 1000 + WIFI_RTT_S
+    want = max(DEFAULT_RCV_BUF, math.ceil(LINK_BPS[p["standard"]] * rtt / 8 / SEGMENT) * SEGMENT)
+    per_flow = int(0.8 * p["queue_packets"] / max(1, n_tcp))
+    return want if per_flow * SEGMENT >= want else max(4, per_flow) * SEGMENT
 
 
 class _Hooks:
@@ -240,7 +324,20 @@ class _Hooks:
             # the longer exchanges delay packets in the shared AP queue: name any timeouts
             out += self._spurious_after(ctx, TRAFFIC_START_S, "packets wait in the AP queue behind the "
                                                               "longer exchanges past the RTO")
-        return out
+        return out + self._late_drops(ctx, out)
+
+    @staticmethod
+    def _late_drops(ctx, out: list[dict]) -> list[dict]:
+        """Name AP queue drops no cause above explains: the windows fit in the queue, but after a
+        spurious timeout a sender resends its window while the originals still wait there."""
+        drops = ctx.packets_with_fate("dropped_at_ap_queue")
+        if not drops or any(c["cause"] == "ap_queue_overflow" for c in out):
+            return []
+        return [_cause(ctx, "ap_queue_overflow", min(drops), min(max(drops) + 0.001, ctx.seconds), role="secondary",
+                       evidence="after the timeouts the servers resend whole windows while the originals still "
+                                "wait in the AP queue: the copies overflow it",
+                       numbers={"dropped": len(drops), "queue_packets": ctx.scenario.queue_packets,
+                                "rto_expirations": len(ctx.rto_times())})]
 
     def _before(self) -> tuple[float, float]:
         return (TRAFFIC_START_S + 0.25, self.at)
@@ -312,6 +409,29 @@ class _Hooks:
                               numbers={"rto_expirations": len(rtos), "spurious_retransmissions": len(spur)}))
         return out
 
+    def _c_hidden_node(self, ctx) -> list[dict]:
+        it = ctx.scenario.interferers[0]
+        at, end, victim = it.start_s, it.end_s, it.near
+        before = self._before()
+        air = ctx.interferer_between(at, end)
+        others = {s.name: ctx.retries_between(at, end, s.name) for s in ctx.scenario.stations if s.name != victim}
+        nums = {"station": victim, "interferer_frames": air["frames"], "interferer_airtime_s": air["airtime_s"],
+                "interferer_duty": air["duty"], "retries_in_window": ctx.retries_between(at, end, victim),
+                "retries_in_window_other_stations": others,
+                "retry_fraction_before": ctx.retry_fraction_between(victim, *before),
+                "retry_fraction_during": ctx.retry_fraction_between(victim, at, end),
+                "goodput_mbps_before": self._good_goodput(ctx, *before),
+                "goodput_mbps_during": self._good_goodput(ctx, at, end)}
+        out = [_cause(ctx, "mac_retries", at, end, stations=[victim],
+                      evidence=f"a hidden node beside {victim} (outside the BSS; the AP cannot hear it, so "
+                               "does not defer) transmits for the burst: the AP's frames to that station "
+                               "collide there and are retried; the other stations' frames wait behind them "
+                               "in the AP queue",
+                      numbers=nums)]
+        out += self._spurious_after(ctx, at, "frames to the hidden node's victim are retried for the burst and "
+                                             "the AP queue waits behind them past the RTO")
+        return out
+
     def _c_walkaway(self, ctx) -> list[dict]:
         walk_at = ctx.scenario.station("sta_walk").walk_at_s
         out, fall = walk_causes(ctx, "sta_walk", "tcp_walk", walk_at)
@@ -377,6 +497,18 @@ class _Hooks:
 
     def _e_delay_spike(self, truth: dict) -> tuple[bool, str]:
         return spurious_without_loss(truth)
+
+    def _e_hidden_node(self, truth: dict) -> tuple[bool, str]:
+        c = self._primary(truth, "mac_retries")
+        if c is None:
+            return False, "no mac_retries cause"
+        n = c["numbers"]
+        f0, f1 = n["retry_fraction_before"], n["retry_fraction_during"]
+        # well above before: at least a tenth of the frames more, and at least twice the fraction
+        ok = n["interferer_frames"] > 0 and f1 >= f0 + 0.1 and f1 >= 2 * f0
+        return ok, (f"retry fraction of {n['station']}'s downlink {f0:.2f} -> {f1:.2f} during the hidden node's "
+                    f"burst (want +0.1 and x2); interferer duty {n['interferer_duty']:.2f}, "
+                    f"{n['interferer_frames']} frames")
 
     def _e_walkaway(self, truth: dict) -> tuple[bool, str]:
         return walked_away(truth, "sta_walk", "walking station's ")

@@ -72,6 +72,29 @@ class Flow:
 
 
 @dataclass
+class Interferer:
+    """A hidden node: a transmitter outside the BSS (ad hoc, 802.11g) standing `offset_m` beyond station
+    `near`, sending frames to its own peer from `start_s` to `end_s`, at a transmit power that makes its
+    signal at that station about as strong as the AP's (`sinr_db` below it) and too weak at the AP to
+    be detected (the AP does not defer to it)."""
+
+    name: str
+    near: str                        # the victim station
+    start_s: float
+    end_s: float
+    offset_m: float = 0.5            # beyond the station, straight away from the AP; the peer 0.5 m further
+    sinr_db: float = 0.0             # the AP's signal minus the interferer's at the victim station
+    rate_manager: str = "constant"   # "constant": broadcast frames at data_mode (no ACK, no backoff
+    #                                  growth); "minstrel": unicast to the peer, ACKed, Minstrel's rate
+    data_mode: str | None = "ErpOfdmRate24Mbps"
+    packets_per_s: float = 1000.0    # offered frames (more than the air carries: it sends whenever it may)
+    size: int = 1000                 # frame payload bytes
+
+
+_OPTIONAL = ("wired_delay_ms", "interferers")
+
+
+@dataclass
 class Scenario:
     """Everything that determines one simulated run (with the seed)."""
 
@@ -102,6 +125,10 @@ class Scenario:
     snaplen_wired: int = 96              # Ethernet + IPv4 + TCP with options (as xlayer lab)
     sample_interval_s: float = 0.05
     ssid: str = DEFAULT_SSID             # the BSS's SSID in beacons and probe responses (<= 32 bytes)
+    # None: CSMA at 1 Gbit/s with a 500 ns delay (the fixed scenarios); else a 1 Gbit/s point-to-point
+    # link with this one-way delay (a CSMA channel stays busy for the whole delay: no long delays there)
+    wired_delay_ms: float | None = None
+    interferers: list[Interferer] = field(default_factory=list)   # hidden nodes outside the BSS
     expect: Callable[[dict], tuple[bool, str]] | None = None
     causes: Callable[[Any], list[dict]] | None = None
 
@@ -113,6 +140,10 @@ class Scenario:
         d = asdict(self)
         d.pop("expect")
         d.pop("causes")
+        # Left out when unused, so the fixed scenarios' truth parameters stay as they were.
+        for k in _OPTIONAL:
+            if not d[k]:
+                d.pop(k)
         return d
 
     def station(self, name: str) -> Station:

@@ -23,7 +23,9 @@ truth.json (``xlayer_sim_truth: 1``)::
     scenario, summary_text, seed, seconds
     parameters      the scenario's physical setup (xlayer.testbeds.sim.scenarios.Scenario, as run)
     topology        nodes (ip, mac, ns-3 node ids), standard, channel, AP queue, client capture station,
-                    ssid (the BSS's SSID in beacons and probe responses)
+                    ssid (the BSS's SSID in beacons and probe responses), path (the wired link: CSMA,
+                    or point-to-point with the scenario's one-way delay), interferers (hidden nodes:
+                    positions, transmit power, what they deliver at their station, the AP, the sniffer)
     reference       the reference clock (the server's) and the epoch base
     convention      "reference_time = t - offset_s - skew_ppm*1e-6*(t - anchor_ts)"
     clocks          per capture file: clock, offset_s, skew_ppm, anchor_ts, jitter_us, jitter_max_us,
@@ -40,8 +42,8 @@ truth.json (``xlayer_sim_truth: 1``)::
     tcp             per flow counts; retransmissions [{ts, flow, seq, len, pid, trigger (rto,
                     rto_recovery, fast_recovery, other), spurious, original_ts, original_delivered_ts}];
                     rto_expirations [{ts, flow, rto_s (the timer that expired), backoff, seq, spurious}]
-    events          [{kind: flow_start | associated | association_lost | walk_start | interference,
-                    ts (and start_ts/end_ts for windows), station, ...}]
+    events          [{kind: flow_start | associated | association_lost | walk_start | interference |
+                    hidden_node, ts (and start_ts/end_ts for windows), station, ...}]
     causes          [{cause (field-guide name), role: primary | secondary, start_ts, end_ts, flows,
                     stations, evidence, numbers}]: what an analyzer should attribute, per window
     expect          {holds, detail}: whether the scenario's intended effect showed
@@ -57,7 +59,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -132,11 +134,25 @@ _LOG_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
+# The text columns of the logs; every other column is an integer or a float.
+_TEXT_COLUMNS = {"mac": {"kind"}, "tcp": {"kind"}, "sockets": {"src", "dst"}}
+# A capture record log's columns (xlsim.cc RECORD_HEADER): wired_server, wired_ap, client.
+_RECORD_COLUMNS = ("frame", "t_ns", "pid", "dir", "eth_type", "ip_id", "src", "dst", "proto", "sport", "dport",
+                   "seq", "payload", "ip_len", "tcp_flags")
+
+
 def _read(work: Path, name: str) -> pl.DataFrame:
+    """Return log `name` of the run; one that holds no row has its columns, typed (a station that
+    received nothing leaves client.csv with its header only)."""
     p = work / "log" / f"{name}.csv"
     if not p.exists() or p.stat().st_size == 0:
-        return pl.DataFrame()
-    return pl.read_csv(p, schema_overrides=_LOG_SCHEMAS.get(name), infer_schema_length=10000)
+        cols = _RECORD_COLUMNS if name in ("wired_server", "wired_ap", "client") else ()
+        return pl.DataFrame(schema={c: pl.Int64 for c in cols})
+    df = pl.read_csv(p, schema_overrides=_LOG_SCHEMAS.get(name), infer_schema_length=10000)
+    if df.height:
+        return df
+    text = _TEXT_COLUMNS.get(name, set())
+    return df.cast({c: pl.String if c in text else pl.Int64 for c in df.columns if c not in text})
 
 
 def _ip(v: int) -> str:
@@ -171,6 +187,7 @@ class Context:
     attempts: pl.DataFrame
     tcp_retx: pl.DataFrame
     rtos: pl.DataFrame
+    interferer: pl.DataFrame = field(default_factory=pl.DataFrame)   # PPDUs of the hidden nodes and peers
 
     @property
     def seconds(self) -> float:
@@ -195,10 +212,21 @@ class Context:
         df = self.packets.filter(pl.col("fate") == fate)
         return [(t - BASE) / 1e9 for t in df.get_column("t_ap_wired_ns").to_list()]
 
-    def retries_between(self, a: float, b: float) -> int:
-        """Return the AP's retransmissions (Retry bit) that started in [a, b) simulation seconds."""
+    def retries_between(self, a: float, b: float, station: str | None = None) -> int:
+        """Return the AP's retransmissions (Retry bit) that started in [a, b) simulation seconds (to
+        `station` only, if given)."""
         lo, hi = BASE + int(a * 1e9), BASE + int(b * 1e9)
-        return self.attempts.filter(pl.col("retry") & pl.col("t_tx_ns").is_between(lo, hi, closed="left")).height
+        df = self.attempts if station is None else self.attempts.filter(pl.col("station") == station)
+        return df.filter(pl.col("retry") & pl.col("t_tx_ns").is_between(lo, hi, closed="left")).height
+
+    def interferer_between(self, a: float, b: float) -> dict[str, Any]:
+        """Return the hidden nodes' PPDUs that started in [a, b) (theirs and their peers' ACKs): frames,
+        airtime_s and duty (airtime over the window)."""
+        if not self.interferer.height or b <= a:
+            return {"frames": 0, "airtime_s": 0.0, "duty": 0.0}
+        df = self.interferer.filter(pl.col("t_ns").is_between(round(a * 1e9), round(b * 1e9), closed="left"))
+        air = int(df.get_column("dur_ns").sum() or 0) / 1e9
+        return {"frames": df.height, "airtime_s": round(air, 6), "duty": round(air / (b - a), 4)}
 
     def rto_times(self) -> list[float]:
         return [(t - BASE) / 1e9 for t in self.rtos.get_column("t_ns").to_list()] if self.rtos.height else []
@@ -225,7 +253,9 @@ class Context:
         df = self._between(self.attempts, "t_tx_ns", a, b).unique(["t_tx_ns", "station"]).group_by("station").agg(
             pl.col("dur_ns").sum())
         total = int(df.get_column("dur_ns").sum() or 0)
-        return {r["station"]: round(r["dur_ns"] / total, 4) for r in df.iter_rows(named=True)} if total else {}
+        # sorted by station: group_by gives its groups in no fixed order
+        return {r["station"]: round(r["dur_ns"] / total, 4)
+                for r in df.sort("station", nulls_last=True).iter_rows(named=True)} if total else {}
 
     def rate_between(self, station: str, a: float, b: float) -> float | None:
         """Return the mean PHY rate (Mbit/s) of the AP's transmissions to `station` in [a, b)."""
@@ -523,6 +553,7 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
             events.append({"kind": "interference", "start_ts": t, "end_ts": end, "ts": t, "station": st,
                            "note": "the station decodes nothing (receiver-side interference); the AP "
                                    "and the sniffer hear nothing unusual"})
+    events += _hidden_events(sc, result, _read(work, "interferer"))
     events.sort(key=lambda e: e["ts"])
 
     # --- summary ---
@@ -569,7 +600,7 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
             **nodes,
             "standard": "802.11g" if sc.standard == "g" else "802.11n",
             "channel": 1 if sc.standard == "g" else 36,
-            "path": "server --CSMA 1 Gbit/s-- AP (routes) ~~802.11~~ stations; sniffer 1.5 m from the AP",
+            "path": _path_text(sc),
             "ap_queue": f"the AP's WifiMacQueue ({sc.queue_packets} packets; flow control off, no qdisc above it)",
             "client_capture_station": client_station,
             "ssid": sc.ssid,
@@ -599,11 +630,41 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
         "run": {"sim_wall_s": round(result["sim_wall_s"], 3), "wall_s": round(wall_s, 2),
                 "tcp_samples": result.get("tcp_samples"), "simulator": "ns-3 3.44 (PyPI ns3)"},
     }
-    ctx = Context(sc, truth, packets, attempts, tcp_retx, rtos)
+    if nodes.get("interferers"):
+        truth["topology"]["interferers"] = nodes["interferers"]
+    ctx = Context(sc, truth, packets, attempts, tcp_retx, rtos, _read(work, "interferer"))
     truth["causes"] = sc.causes(ctx) if sc.causes else []
     ok, detail = sc.expect(truth) if sc.expect else (True, "")
     truth["expect"] = {"holds": bool(ok), "detail": detail}
     return truth
+
+
+def _path_text(sc: Scenario) -> str:
+    """Return the topology line of truth.json: the wired link as the scenario built it."""
+    wired = "CSMA 1 Gbit/s" if sc.wired_delay_ms is None else \
+        f"point-to-point 1 Gbit/s, {sc.wired_delay_ms:g} ms one way"
+    hidden = f"; hidden nodes (ad hoc, outside the BSS): {len(sc.interferers)}" if sc.interferers else ""
+    return f"server --{wired}-- AP (routes) ~~802.11~~ stations; sniffer 1.5 m from the AP{hidden}"
+
+
+def _hidden_events(sc: Scenario, result: dict, log: pl.DataFrame) -> list[dict]:
+    """Return one ``hidden_node`` event per interferer: its burst window, the station beside it and
+    what it put on the air (its frames and its peer's ACKs)."""
+    out = []
+    by_name = {h["name"]: h for h in result["nodes"].get("interferers", [])}
+    for it in sc.interferers:
+        h = by_name.get(it.name, {})
+        nodes = [h.get("node"), h.get("peer_node")]
+        df = log.filter(pl.col("node").is_in(nodes)) if log.height else log
+        air = int(df.get_column("dur_ns").sum() or 0) if df.height else 0
+        out.append({"kind": "hidden_node", "ts": _s(BASE + round(it.start_s * 1e9)),
+                    "start_ts": _s(BASE + round(it.start_s * 1e9)), "end_ts": _s(BASE + round(it.end_s * 1e9)),
+                    "station": it.near, "interferer": it.name, "ppdus": df.height, "airtime_s": round(air / 1e9, 6),
+                    "tx_power_dbm": h.get("tx_power_dbm"), "rx_dbm_at_station": h.get("rx_dbm_at_station"),
+                    "rx_dbm_at_ap": h.get("rx_dbm_at_ap"),
+                    "note": "an ad hoc pair outside the BSS beside the station: the station hears it, the AP "
+                            "does not (below preamble detection), so the AP's frames to the station collide there"})
+    return out
 
 
 def _clock_truth(cl: dict) -> dict:

@@ -11,6 +11,7 @@ pointers to some of them, and Python freeing one mid-run crashes at random later
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -34,17 +35,90 @@ def _mac(dev) -> str:
     return raw.split("-")[-1].lower()
 
 
-def wired_link(ns, server, ap) -> tuple:
-    """Join NodeContainers `server` and `ap` by CSMA at 1 Gbit/s with a 500 ns delay (a CSMA channel
-    stays busy for tx time + Delay); return (helper, node container, devices), for the caller to keep."""
-    csma = ns.CsmaHelper()
-    csma.SetChannelAttribute("DataRate", ns.StringValue("1Gbps"))
-    csma.SetChannelAttribute("Delay", ns.TimeValue(ns.NanoSeconds(500)))
+def wired_link(ns, server, ap, delay_ms: float | None = None) -> tuple:
+    """Join NodeContainers `server` and `ap` at 1 Gbit/s; return (helper, node container, devices), for
+    the caller to keep.  Without `delay_ms`: CSMA with a 500 ns delay (a CSMA channel stays busy for tx
+    time + Delay, so it cannot carry a long one); with it: point-to-point with that one-way delay."""
     # Built with Add: cppyy cannot pick NodeContainer's variadic constructors from Python.
     nodes = ns.NodeContainer()
     nodes.Add(server)
     nodes.Add(ap)
+    if delay_ms is not None:
+        p2p = ns.PointToPointHelper()
+        p2p.SetDeviceAttribute("DataRate", ns.StringValue("1Gbps"))
+        p2p.SetChannelAttribute("Delay", ns.TimeValue(ns.MicroSeconds(int(round(delay_ms * 1000)))))
+        return p2p, nodes, p2p.Install(nodes)
+    csma = ns.CsmaHelper()
+    csma.SetChannelAttribute("DataRate", ns.StringValue("1Gbps"))
+    csma.SetChannelAttribute("Delay", ns.TimeValue(ns.NanoSeconds(500)))
     return csma, nodes, csma.Install(nodes)
+
+
+AP_TX_DBM = 16.0206   # YansWifiPhy's default TxPowerStart/End (every device but the interferers)
+DETECT_DBM = -90.0    # preamble detection: 4 dB above the -94 dBm noise floor (20 MHz, 7 dB NF)
+
+
+def path_loss_db(sc: dict, d: float) -> float:
+    """Return the channel's log-distance loss (dB) over `d` metres (no fading; 1 m at least)."""
+    ref = 40.05 if sc["standard"] == "g" else 46.6777
+    return ref + 10.0 * sc["path_loss_exponent"] * math.log10(max(d, 1.0))
+
+
+def interferer_geometry(sc: dict, it: dict) -> dict:
+    """Return where interferer `it` and its peer stand, its transmit power and what it delivers at the
+    victim station, the AP and the sniffer (dBm): on the victim's line from the AP, `offset_m` beyond
+    it, as loud there as the AP minus `sinr_db`."""
+    st = next(s for s in sc["stations"] if s["name"] == it["near"])
+    d_sta = math.hypot(st["x"], st["y"]) or 1.0
+    ux, uy = st["x"] / d_sta, st["y"] / d_sta
+    pos = (st["x"] + ux * it["offset_m"], st["y"] + uy * it["offset_m"])
+    peer = (pos[0] + ux * 0.5, pos[1] + uy * 0.5)
+    at_sta = AP_TX_DBM - path_loss_db(sc, d_sta) - it["sinr_db"]
+    tx = at_sta + path_loss_db(sc, it["offset_m"])
+    return {"position": [round(pos[0], 3), round(pos[1], 3)], "peer_position": [round(peer[0], 3), round(peer[1], 3)],
+            "tx_power_dbm": round(tx, 3), "rx_dbm_at_station": round(at_sta, 3),
+            "ap_rx_dbm_at_station": round(AP_TX_DBM - path_loss_db(sc, d_sta), 3),
+            "rx_dbm_at_ap": round(tx - path_loss_db(sc, math.hypot(*pos)), 3),
+            "rx_dbm_at_sniffer": round(tx - path_loss_db(sc, math.hypot(pos[0] - 1.5, pos[1] - 1.5)), 3),
+            "detection_threshold_dbm": DETECT_DBM}
+
+
+def _interferer(ns, x, sc: dict, it: dict, index: int, chan, keep: list) -> dict:
+    """Build hidden node `it` (an ad hoc 802.11g pair on the shared channel) and schedule its burst;
+    return what the truth says about it."""
+    geo = interferer_geometry(sc, it)
+    nodes = ns.NodeContainer()
+    nodes.Create(2)
+    phy = ns.YansWifiPhyHelper()
+    phy.SetChannel(chan)
+    phy.Set("ChannelSettings", ns.StringValue("{1, 20, BAND_2_4GHZ, 0}"))
+    phy.Set("TxPowerStart", ns.DoubleValue(geo["tx_power_dbm"]))
+    phy.Set("TxPowerEnd", ns.DoubleValue(geo["tx_power_dbm"]))
+    wifi = ns.WifiHelper()
+    wifi.SetStandard(ns.WIFI_STANDARD_80211g)
+    broadcast = it["rate_manager"] == "constant"
+    if broadcast:
+        mode = ns.StringValue(it["data_mode"])
+        wifi.SetRemoteStationManager("ns3::ConstantRateWifiManager", "DataMode", mode, "ControlMode", mode,
+                                     "NonUnicastMode", mode)
+    else:
+        wifi.SetRemoteStationManager("ns3::MinstrelWifiManager")
+    mac = ns.WifiMacHelper()
+    mac.SetType("ns3::AdhocWifiMac")      # an IBSS of its own: never the AP's BSSID (ns-3 sends no beacons)
+    devs = wifi.Install(phy, mac, nodes)
+    ns.WifiHelper.AssignStreams(devs, 400 + 10 * index)
+    mob = ns.MobilityHelper()
+    mob.SetMobilityModel("ns3::ConstantPositionMobilityModel")
+    mob.Install(nodes)
+    for i, (px, py) in enumerate((geo["position"], geo["peer_position"])):
+        nodes.Get(i).GetObject[ns.MobilityModel]().SetPosition(ns.Vector(px, py, 0.0))
+    keep += [nodes, phy, wifi, mac, devs, mob]
+    a, b = nodes.Get(0), nodes.Get(1)
+    if not x.AddInterferer(devs.Get(0), devs.Get(1), a.GetId(), b.GetId(), float(it["start_s"]),
+                           float(it["end_s"]), float(it["packets_per_s"]), int(it["size"]), broadcast):
+        raise RuntimeError(f"could not start interferer {it['name']}")
+    return {"name": it["name"], "near": it["near"], "node": a.GetId(), "peer_node": b.GetId(),
+            "mac": _mac(devs.Get(0)), "peer_mac": _mac(devs.Get(1)), **geo}
 
 
 def simulate(job: dict) -> dict:
@@ -99,8 +173,8 @@ def simulate(job: dict) -> dict:
     sniffer.Create(1)
     keep += [server, ap, stas, sniffer]
 
-    # --- wired: CSMA ---
-    csma, wired_nodes, wired_devs = wired_link(ns, server, ap)
+    # --- wired: CSMA, or point-to-point with the scenario's delay ---
+    csma, wired_nodes, wired_devs = wired_link(ns, server, ap, sc.get("wired_delay_ms"))
     keep += [csma, wired_nodes, wired_devs]
 
     # --- wireless ---
@@ -115,7 +189,9 @@ def simulate(job: dict) -> dict:
         m = ns.DoubleValue(sc["fading_m"])
         channel.AddPropagationLoss("ns3::NakagamiPropagationLossModel", "m0", m, "m1", m, "m2", m)
     phy = ns.YansWifiPhyHelper()
-    phy.SetChannel(channel.Create())
+    chan = channel.Create()
+    keep.append(chan)
+    phy.SetChannel(chan)
     phy.Set("ChannelSettings", ns.StringValue("{1, 20, BAND_2_4GHZ, 0}" if g else "{36, 20, BAND_5GHZ, 0}"))
     wifi = ns.WifiHelper()
     wifi.SetStandard(ns.WIFI_STANDARD_80211g if g else ns.WIFI_STANDARD_80211n)
@@ -205,6 +281,9 @@ def simulate(job: dict) -> dict:
     if not ok:
         raise RuntimeError("could not open the captures or hook the Wi-Fi devices")
 
+    # --- hidden nodes (after every other node: the others keep their ids and streams) ---
+    hidden = [_interferer(ns, x, sc, it, i, chan, keep) for i, it in enumerate(sc.get("interferers", []))]
+
     # --- injections ---
     for i, st in enumerate(sc["stations"]):
         node = stas.Get(i)
@@ -280,6 +359,10 @@ def simulate(job: dict) -> dict:
                         "position": [1.5, 1.5]},
         },
     }
+    if hidden:
+        for i, h in enumerate(hidden):
+            h["frames_queued"] = int(x.InterfererSent(i))
+        result["nodes"]["interferers"] = hidden
     (work / "result.json").write_text(json.dumps(result, indent=1))
     job["_keep"] = keep  # referenced until os._exit
     return result

@@ -15,6 +15,8 @@
 #include "ns3/object-vector.h"
 #include "ns3/packet.h"
 #include "ns3/packet-sink.h"
+#include "ns3/point-to-point-channel.h"
+#include "ns3/point-to-point-net-device.h"
 #include "ns3/radiotap-header.h"
 #include "ns3/rtt-estimator.h"
 #include "ns3/simulator.h"
@@ -682,20 +684,16 @@ struct WiredCapture
     bool stripFcs = true;
     FILE* log = nullptr;
     unsigned long long self = 0;
+    uint8_t selfMac[6];
+    uint8_t peerMac[6];
 };
 
 static std::vector<WiredCapture> g_wired(8);
 
+// Write one Ethernet frame `b` (`len` bytes, from `packet`) to capture idx and log it.
 static void
-WiredSniff(int idx, Ptr<const Packet> packet)
+WiredWrite(WiredCapture& w, const uint8_t* b, uint32_t len, Ptr<const Packet> packet)
 {
-    WiredCapture& w = g_wired.at(idx);
-    uint32_t len = packet->GetSize();
-    if (w.stripFcs && len >= 4)
-    {
-        len -= 4; // ns-3's EthernetTrailer: a host capture never contains the FCS
-    }
-    const uint8_t* b = PacketBytes(packet, len);
     uint64_t frame = w.out.Write(StampNow(w.clock), b, len);
     if (w.log && len >= 14)
     {
@@ -708,6 +706,54 @@ WiredSniff(int idx, Ptr<const Packet> packet)
         LogRecord(w.log, frame, NowNs(), Pid(packet), src == w.self ? 1 : 0,
                   ParseIp(b, len, 14, ethType));
     }
+}
+
+static void
+WiredSniff(int idx, Ptr<const Packet> packet)
+{
+    WiredCapture& w = g_wired.at(idx);
+    uint32_t len = packet->GetSize();
+    if (w.stripFcs && len >= 4)
+    {
+        len -= 4; // ns-3's EthernetTrailer: a host capture never contains the FCS
+    }
+    WiredWrite(w, PacketBytes(packet, len), len, packet);
+}
+
+// A point-to-point frame (2-byte PPP header, no FCS) written as the Ethernet II frame a host
+// capture on that link would show: the PPP protocol becomes the EtherType, the two ends' addresses
+// the MAC addresses.  Transmissions are stamped at their first bit, receptions at their last (as
+// the CSMA captures).
+static void
+WiredP2p(int idx, bool tx, Ptr<const Packet> packet)
+{
+    WiredCapture& w = g_wired.at(idx);
+    uint32_t n = packet->GetSize();
+    if (n < 2)
+    {
+        return;
+    }
+    PacketBytes(packet, n, 12);
+    uint8_t* b = g_buf.data();
+    int ppp = (b[12] << 8) | b[13];
+    int eth = ppp == 0x0021 ? 0x0800 : (ppp == 0x0057 ? 0x86DD : ppp);
+    b[12] = static_cast<uint8_t>(eth >> 8);
+    b[13] = static_cast<uint8_t>(eth & 0xFF);
+    std::memcpy(b, tx ? w.peerMac : w.selfMac, 6);
+    std::memcpy(b + 6, tx ? w.selfMac : w.peerMac, 6);
+    WiredWrite(w, b, n + 12, packet);
+}
+
+static void
+WiredP2pTx(int idx, Ptr<const Packet> packet)
+{
+    WiredP2p(idx, true, packet);
+}
+
+static void
+WiredP2pRx(int idx, Ptr<const Packet> packet)
+{
+    WiredP2p(idx, false, packet);
 }
 
 bool
@@ -732,7 +778,23 @@ OpenWired(int idx,
     {
         w.log = Log(logName, RECORD_HEADER);
     }
-    dev->TraceConnectWithoutContext("PromiscSniffer", MakeBoundCallback(&WiredSniff, idx));
+    auto p2p = DynamicCast<PointToPointNetDevice>(dev);
+    if (!p2p)
+    {
+        dev->TraceConnectWithoutContext("PromiscSniffer", MakeBoundCallback(&WiredSniff, idx));
+        return true;
+    }
+    Ptr<Channel> ch = p2p->GetChannel();
+    if (!ch || ch->GetNDevices() != 2)
+    {
+        return false;
+    }
+    Ptr<NetDevice> peer = ch->GetDevice(0) == dev ? ch->GetDevice(1) : ch->GetDevice(0);
+    Mac48Address::ConvertFrom(dev->GetAddress()).CopyTo(w.selfMac);
+    Mac48Address::ConvertFrom(peer->GetAddress()).CopyTo(w.peerMac);
+    w.stripFcs = false;
+    p2p->TraceConnectWithoutContext("PhyTxBegin", MakeBoundCallback(&WiredP2pTx, idx));
+    p2p->TraceConnectWithoutContext("PhyRxEnd", MakeBoundCallback(&WiredP2pRx, idx));
     return true;
 }
 
@@ -1409,6 +1471,98 @@ ScheduleDeaf(Ptr<NetDevice> nd, int node, double startS, double endS)
     Simulator::Schedule(Seconds(startS), &SetErrorModel, em, true, node);
     Simulator::Schedule(Seconds(endS), &SetErrorModel, em, false, node);
     return true;
+}
+
+// A hidden node: a device outside the BSS that sends `size`-byte frames to its peer every `gap`
+// from its start to its end (more than the air carries: it transmits whenever its CSMA lets it),
+// then puts its PHY to sleep so nothing it still holds goes out after the end.
+struct Interferer
+{
+    Ptr<WifiNetDevice> dev;
+    Address peer;
+    uint32_t size = 1000;
+    Time gap;
+    Time end;
+    int node = -1;
+    unsigned long long sent = 0;
+};
+
+static std::vector<Interferer> g_intf;
+
+static void
+InterfererTx(int node, WifiConstPsduMap psduMap, WifiTxVector txVector, double txPowerW)
+{
+    static FILE* f = Log("interferer", "t_ns,node,fc,size,rate_bps,dur_ns");
+    if (!f)
+    {
+        return;
+    }
+    // interferers are 802.11g
+    int64_t dur = WifiPhy::CalculateTxDuration(psduMap, txVector, WIFI_PHY_BAND_2_4GHZ).GetNanoSeconds();
+    for (const auto& [staId, psdu] : psduMap)
+    {
+        std::fprintf(f,
+                     "%lld,%d,%u,%u,%llu,%lld\n",
+                     static_cast<long long>(NowNs()),
+                     node,
+                     HdrPeek::Fc(psdu->GetHeader(0)),
+                     static_cast<unsigned>(psdu->GetSize()),
+                     static_cast<unsigned long long>(txVector.GetMode(staId).GetDataRate(txVector, staId)),
+                     static_cast<long long>(dur));
+        break;   // one row per PPDU: its airtime counts once
+    }
+}
+
+static void
+InterfererSend(size_t i)
+{
+    Interferer& it = g_intf.at(i);
+    if (Simulator::Now() >= it.end)
+    {
+        it.dev->GetPhy()->SetSleepMode();
+        MacEvent(it.node, "hidden_off", 0, static_cast<long long>(it.sent), 0);
+        return;
+    }
+    if (it.sent == 0)
+    {
+        MacEvent(it.node, "hidden_on", 0, 0, 0);
+    }
+    it.dev->Send(Create<Packet>(it.size), it.peer, 0x88B5);   // IEEE local experimental EtherType
+    ++it.sent;
+    Simulator::Schedule(it.gap, &InterfererSend, i);
+}
+
+// Interferer `nd` (node `node`) sends frames to `peerDev` (or to everyone: `broadcast`) from startS
+// to endS; both devices' PPDUs are logged (interferer.csv) so the truth can give its airtime.
+bool
+AddInterferer(Ptr<NetDevice> nd, Ptr<NetDevice> peerDev, int node, int peerNode, double startS, double endS,
+              double pps, unsigned size, bool broadcast)
+{
+    auto dev = DynamicCast<WifiNetDevice>(nd);
+    auto peer = DynamicCast<WifiNetDevice>(peerDev);
+    if (!dev || !peer || pps <= 0.0 || endS <= startS)
+    {
+        return false;
+    }
+    Interferer it;
+    it.dev = dev;
+    // broadcast: no ACK, so no retry and no growing backoff (its peer's reception does not matter)
+    it.peer = broadcast ? Address(Mac48Address::GetBroadcast()) : peer->GetAddress();
+    it.size = size;
+    it.gap = Seconds(1.0 / pps);
+    it.end = Seconds(endS);
+    it.node = node;
+    g_intf.push_back(it);
+    dev->GetPhy()->TraceConnectWithoutContext("PhyTxPsduBegin", MakeBoundCallback(&InterfererTx, node));
+    peer->GetPhy()->TraceConnectWithoutContext("PhyTxPsduBegin", MakeBoundCallback(&InterfererTx, peerNode));
+    Simulator::Schedule(Seconds(startS), &InterfererSend, g_intf.size() - 1);
+    return true;
+}
+
+unsigned long long
+InterfererSent(int i)
+{
+    return i >= 0 && static_cast<size_t>(i) < g_intf.size() ? g_intf[i].sent : 0;
 }
 
 static void
