@@ -37,6 +37,7 @@ from xlayer.attribution.drops import (
     flow_goodput,
     left_out,
     merge_windows,
+    warmups,
 )
 from xlayer.attribution.incidents import Analysis, Incident
 from xlayer.metrics import open_timeline
@@ -120,7 +121,7 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
     if cfg.window is not None:
         t0 = ctx.span[0]
         span = (t0 + int(cfg.window[0] * NS), t0 + int(cfg.window[1] * NS))
-    drops = find_drops(g, cfg, span)
+    drops = find_drops(g, cfg, span, warmups(tl.table("rtt"), cfg))
     windows = []
     for s, e, d in merge_windows(drops, int(cfg.merge_gap_s * NS)):
         flows = d["flow"].unique(maintain_order=True).to_list()

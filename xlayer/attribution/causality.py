@@ -7,6 +7,7 @@ The graph (issue 11; study 003's finding: MAC retransmissions push IP delay abov
     further fragments           <- fragmentation
     queueing behind plain work  <- ap_queue_overflow (a full queue)
     any of them, or the wired path -> delay above the RTO -> spurious_rto (nothing was lost)
+    rate_change (a weakening link) -> performance_anomaly, mac_retries of that station
 
 A `spurious_rto` finding is a consequence when the delay of the timed-out flows' packets shows what
 made it.  `xlayer.attribution.causes.delaysplit` splits each packet's delay (the `delay` table) by
@@ -16,10 +17,16 @@ part that grew the most against outside the drop windows is what changed; it is 
 late packets' delay reached half the RTO and that part made at least `ROOT_MIN_SHARE` of its increase
 (`root_cause`: plain queueing behind normally served packets is a root only as a full queue).  The
 finding of that cause takes the consequence's rank and the consequence follows it, saying why
+(when the growth is only a longer queue, the most confident delay maker found in the window is the
+root: the split cannot separate it, but the graph has the timeouts downstream of it)
 (`explained_by`, `because`).  When no cause module scored that root in the window (its own signs
 were too weak to see on their own), the measured split is the evidence and the root's finding is
 made from it.  Nothing is decided by which causes are named, only by these measured quantities:
 with no air capture, or with delay made on the wired path, the spurious timeouts stay a root.
+
+A station whose PHY rate the `rate_change` finding measured falling is slow and retried because its
+link weakened: its `performance_anomaly` and `mac_retries` findings follow the rate change
+(`_after_rate_change`), and a timeout chain through them starts at the rate change.
 """
 from __future__ import annotations
 
@@ -35,6 +42,7 @@ from xlayer.attribution.causes.base import Context, Window
 from xlayer.attribution.incidents import CauseFinding
 
 ROOT_MIN_RTO_SHARE = 0.5        # the late packets' delay reached this share of the RTO
+SLOWER_SERVICE = 1.2            # the line's time per packet grew by this factor: the air changed
 ROOT_MIN_SHARE = 0.3            # the part made at least this share of the late packets' delay increase
 LABEL = {"retry": "MAC retry time", "fragments": "fragment time", "hog": "time the AP served one station",
          "load": "AP queue sojourn", "wired": "wired path delay"}
@@ -72,12 +80,65 @@ def root_cause(sp: delaysplit.Split, found: dict[str, CauseFinding]) -> tuple[st
     return fragmentation.NAME, part
 
 
+DELAY_MAKERS = ("mac_retries", "interference", "performance_anomaly", "ap_queue_overflow", "fragmentation",
+                "rts_overhead", "rate_change")
+
+
+def _strongest_maker(sp: delaysplit.Split, found: list[CauseFinding]) -> tuple[str, str] | None:
+    """Return (cause, "load") of the most confident delay maker found in the window, when the split
+    names no part but the late packets' delay grew on the AP's side (not on the wired path) while the
+    AP took `SLOWER_SERVICE` times longer per packet than outside the drops.
+
+    Spurious timeouts need a delay above the RTO, and the graph has them downstream of every delay
+    maker: when the growth shows only as a longer queue (packets ahead served more slowly by a
+    change the split does not separate, such as rate adaptation reacting to collisions), the cause
+    found in the window is the better root than the timeouts themselves."""
+    if max(delaysplit.PARTS, key=sp.increase) == "wired" or sp.increase("load") <= 0:
+        return None
+    svc, svc_out = sp.extra.get("service_ms"), sp.extra.get("service_outside_ms")
+    if not svc or not svc_out or svc < SLOWER_SERVICE * svc_out:
+        return None        # the same work per packet: more packets ahead (load), not a change on the air
+    makers = [f for f in found if f.cause in DELAY_MAKERS]
+    if not makers:
+        return None
+    return max(makers, key=lambda f: f.confidence).cause, "load"
+
+
 _MAKERS = {performance_anomaly.NAME: performance_anomaly, mac_retries.NAME: mac_retries,
            fragmentation.NAME: fragmentation}
 
 
+RATE_FOLLOWERS = ("performance_anomaly", "mac_retries")   # a station whose rate fell is slow and retried
+
+
+def _after_rate_change(found: list[CauseFinding]) -> list[CauseFinding]:
+    """Return the findings with `rate_change` ahead of the slowness and retries of the stations whose
+    rate it measured falling (a weakening link: rate adaptation steps down, frames are retried, and the
+    slower frames hold the air; the rate fall is what changed)."""
+    rc = next((f for f in found if f.cause == "rate_change"), None)
+    if rc is None:
+        return found
+    fell = set(rc.stations)
+    led = [f for f in found if f.cause in RATE_FOLLOWERS and f.explained_by is None and set(f.stations) & fell]
+    if not led:
+        return found
+    for f in led:
+        f.explained_by = rc.cause
+        f.because = (f"{f.cause} because the PHY rate of {', '.join(sorted(set(f.stations) & fell))} fell: "
+                     f"{rc.summary}")
+    first = min(found.index(f) for f in [rc, *led])
+    rest = [f for f in found if f is not rc and f not in led]
+    at = sum(1 for f in found[:first] if f is not rc and f not in led)
+    return rest[:at] + [rc, *led] + rest[at:]
+
+
 def explain(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:
     """Return the findings with each consequence placed right after the root the measurements show made it."""
+    return _after_rate_change(_explain_timeouts(ctx, w, found))
+
+
+def _explain_timeouts(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:
+    """Return the findings with `spurious_rto` after the finding whose delay part made the timeouts."""
     by = {f.cause: f for f in found}
     sp = by.get("spurious_rto")
     rto = _rto_ms(sp) if sp is not None else None
@@ -88,7 +149,9 @@ def explain(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFin
         return found
     rc = root_cause(s, by)
     if rc is None:
-        return found
+        rc = _strongest_maker(s, found)
+        if rc is None:
+            return found
     name, part = rc
     root = by.get(name)
     if root is None:
@@ -96,12 +159,17 @@ def explain(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFin
         root = maker.from_delay(ctx, w, s, sp.confidence) if maker is not None else None
         if root is None:
             return found
-    share = s.inside[part] / s.total_ms
     sp.explained_by = root.cause
-    sp.because = (f"spurious RTOs because {root.cause} pushed delay past the RTO: {LABEL[part]} "
-                  f"{share:.0%} of the delay of the late packets (mean {s.total_ms:.0f} ms, "
-                  f"{s.inside[part]:.0f} ms of it, {s.outside.get(part, 0.0):.0f} ms outside the drops; "
-                  f"RTO {rto:.0f} ms)")
+    if part == "load" and root.cause != "ap_queue_overflow":
+        sp.because = (f"spurious RTOs after the delay grew while {root.cause} held: the late packets waited "
+                      f"{s.inside['load']:.0f} ms in the AP queue ({s.outside.get('load', 0.0):.0f} ms outside "
+                      f"the drops) of {s.total_ms:.0f} ms (RTO {rto:.0f} ms), a queue of packets served more "
+                      f"slowly than the parts can separate")
+    else:
+        sp.because = (f"spurious RTOs because {root.cause} pushed delay past the RTO: {LABEL[part]} "
+                      f"{s.inside[part] / s.total_ms:.0%} of the delay of the late packets (mean {s.total_ms:.0f} "
+                      f"ms, {s.inside[part]:.0f} ms of it, {s.outside.get(part, 0.0):.0f} ms outside the drops; "
+                      f"RTO {rto:.0f} ms)")
     sp.numbers = {**sp.numbers, "delay_ms": {k: round(v, 3) for k, v in s.inside.items()},
                   "delay_outside_ms": {k: round(v, 3) for k, v in s.outside.items()},
                   "late_packets": s.packets}

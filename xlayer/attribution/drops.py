@@ -11,8 +11,9 @@ them in its notes, so that a slow flow (a control connection, a flow starved fro
 not vanish without a word.
 
 The series is smoothed over `smooth_bins` bins; the flow's steady state (its baseline) is the
-`baseline_quantile` of the smoothed series inside the analysis window, leaving out the first
-`warmup_s` of the flow (slow start) and its last bin.  A drop is a run of smoothed bins below
+`baseline_quantile` of the smoothed series inside the analysis window, leaving out the flow's slow
+start (the first `warmup_s`, or `WARMUP_RTTS` base round trips of a TCP flow when longer) and its
+last bin.  A drop is a run of smoothed bins below
 `threshold` x baseline lasting at least `min_duration_s`; runs closer than `merge_gap_s` are one.
 Windows of different flows that overlap (or nearly: `merge_gap_s`) are merged into one incident
 window, as study 001 read its plots: flows that drop together share a cause.
@@ -138,8 +139,28 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist()))
 
 
-def find_drops(g: pl.DataFrame, cfg: DropConfig, span: tuple[int, int] | None = None) -> pl.DataFrame:
-    """Return one row per drop of one flow: flow, start_ns, end_ns, baseline_bps, mean_bps (in the window)."""
+WARMUP_RTTS = 10        # slow start reaches a path's window within this many base round trips
+
+
+def warmups(rtt: pl.DataFrame, cfg: DropConfig) -> dict[str, int]:
+    """Return per TCP flow its warm-up (ns): `warmup_s`, or `WARMUP_RTTS` base round trips when longer.
+
+    A flow's goodput climbs through slow start for some round trips, so a path 70 ms away warms up
+    for over a second; the base round trip is the smallest sample at the capture that sees the most
+    of it (the sender's: the whole round trip)."""
+    if rtt.height == 0:
+        return {}
+    base = (rtt.filter(pl.col("rtt_ns") > 0).group_by("flow", "capture_file").agg(pl.col("rtt_ns").min())
+            .group_by("flow").agg(pl.col("rtt_ns").max()))
+    floor = int(cfg.warmup_s * NS)
+    return {f: max(floor, int(r) * WARMUP_RTTS) for f, r in base.iter_rows()}
+
+
+def find_drops(g: pl.DataFrame, cfg: DropConfig, span: tuple[int, int] | None = None,
+               warmup_ns: dict[str, int] | None = None) -> pl.DataFrame:
+    """Return one row per drop of one flow: flow, start_ns, end_ns, baseline_bps, mean_bps (in the window).
+
+    `warmup_ns`: per flow, the start left out (default `warmup_s` for every flow; see `warmups`)."""
     rows = []
     for (flow,), part in g.group_by("flow", maintain_order=True):
         t = part["bin_start_ns"].to_numpy()
@@ -148,7 +169,7 @@ def find_drops(g: pl.DataFrame, cfg: DropConfig, span: tuple[int, int] | None = 
         if t.size < 3:
             continue
         bin_ns = int(part["bin_ns"][0])
-        inside = t >= t[0] + int(cfg.warmup_s * NS)
+        inside = t >= t[0] + (warmup_ns or {}).get(flow, int(cfg.warmup_s * NS))
         inside[-1] = False
         if span is not None:
             inside &= (t >= span[0]) & (t + bin_ns <= span[1])

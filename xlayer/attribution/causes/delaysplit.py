@@ -213,4 +213,8 @@ def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None
     if out.height:
         po = _parts(out, ctx.outside("delay"), hog.station if hog else None)
         outside = {k: float(v.mean()) / 1e6 for k, v in po.items()}
-    return Split(inside, outside, int(sel.sum()), hog)
+    # how long the line took per packet, in and out: a longer queue of the same work is more packets
+    # ahead; the same queue of slower work is what a change on the air made
+    svc_in = float(served["service_ns"].mean() or 0.0) / 1e6
+    svc_out = float(ctx.outside("delay")["service_ns"].mean() or 0.0) / 1e6 if out.height else None
+    return Split(inside, outside, int(sel.sum()), hog, {"service_ms": svc_in, "service_outside_ms": svc_out})

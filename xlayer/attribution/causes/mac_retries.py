@@ -90,6 +90,7 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     """Return the evidence of elevated MAC retries in the window."""
     f = _score_attempts(ctx, w)
     lc, inside, outside = _line_conf(ctx, w)
+    lc *= _weak_link_factor(ctx, w)
     if lc >= 0.05 and (f is None or lc > f.confidence):
         d = ctx.between("delay", w.start_ns - LEAD_NS, w.end_ns).filter(pl.col("retry_ns") > 0)
         top = (d.group_by("station").agg(pl.col("retry_ns").sum()).sort("retry_ns", descending=True)
@@ -107,6 +108,32 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     return f
 
 
+def _conf(rf: float, rf_out: float | None, kind: str) -> float:
+    """Return the confidence of a retry fraction `rf` (against `rf_out` outside the drops)."""
+    conf = clip01((rf - 0.05) / 0.3) * 0.8
+    if kind == "drop" and rf_out:
+        conf *= clip01((rf / rf_out - 1.0) / 2.0)     # a drop needs more retries than usual: what changed
+    return conf
+
+
+def _weak_link_factor(ctx: Context, w: Window, att: pl.DataFrame | None = None, out: pl.DataFrame | None = None,
+                      stations: list[str] | None = None) -> float:
+    """Return 0.5 when the window's stations' PHY rate or signal fell (retries are the weak link's
+    symptom: the rate change is the better explanation), else 1.0."""
+    if att is None:
+        att = ctx.between("attempts", w.start_ns - LEAD_NS, w.end_ns)
+        if w.stations:
+            att = att.filter(pl.col("station").is_in(w.stations))
+    if stations is None:
+        stations = att["station"].drop_nulls().unique().to_list() if att.height else []
+    if out is None:
+        out = ctx.outside("attempts").filter(pl.col("station").is_in(stations))
+    rate_in, rate_out = _rate(att), _rate(out) if out.height else None
+    fall_db = _signal_fall(ctx, w, stations) if stations else 0.0
+    weak = (rate_in is not None and rate_out and rate_in < 0.6 * rate_out) or fall_db >= 6.0
+    return 0.5 if weak else 1.0
+
+
 def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
     """Return the evidence of elevated MAC retries in the window from the transmissions' retry bits."""
     s, e = w.start_ns - LEAD_NS, w.end_ns
@@ -122,13 +149,16 @@ def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
     out = ctx.outside("attempts")
     out = out.filter(pl.col("station").is_in(per["station"].to_list()))
     rf_out = float(out["retry"].mean()) if out.height >= MIN_ATTEMPTS else None
-    conf = clip01((rf - 0.05) / 0.3) * 0.8
-    if w.kind == "drop" and rf_out:
-        conf *= clip01((rf / rf_out - 1.0) / 2.0)     # a drop needs more retries than usual: what changed
-    rate_in, rate_out = _rate(att), _rate(out)
-    fall_db = _signal_fall(ctx, w, per["station"].to_list())
-    if (rate_in is not None and rate_out and rate_in < 0.6 * rate_out) or fall_db >= 6.0:
-        conf *= 0.5          # the rate or the signal fell too: retries are the weak link's symptom
+    conf = _conf(rf, rf_out, w.kind) * _weak_link_factor(ctx, w, att, out, per["station"].to_list())
+    # One station's link can be what changed while the others' stay clean (a hidden node beside it):
+    # its own retries against its own outside count too, the stronger of the two.
+    for st, n in per.select("station", "attempts").iter_rows():
+        if n < MIN_ATTEMPTS or st is None:
+            continue
+        mine, theirs = att.filter(pl.col("station") == st), out.filter(pl.col("station") == st)
+        r_out = float(theirs["retry"].mean()) if theirs.height >= MIN_ATTEMPTS else None
+        c = _conf(float(mine["retry"].mean()), r_out, w.kind) * _weak_link_factor(ctx, w, mine, theirs, [st])
+        conf = max(conf, c)
     if conf < 0.05:
         return None
     failed = att.filter(~pl.col("acked").fill_null(True) & pl.col("retry"))
