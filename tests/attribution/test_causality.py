@@ -225,3 +225,61 @@ def test_one_flow_dipping_while_the_aggregate_holds_is_sharing_not_a_drop():
     fell = g.with_columns(pl.when(pl.col("bin_start_ns").is_between(1000 * MS, 1399 * MS))
                           .then(1e6).otherwise(pl.col("goodput_bps")).alias("goodput_bps"))
     assert aggregate_kept(fell, 1000 * MS, 1400 * MS, cfg) == pytest.approx(0.2)
+
+
+def test_the_rate_change_leads_the_slowness_and_retries_of_its_station():
+    rc = CauseFinding("rate_change", 0.5, "A's data rate fell to 12 Mbit/s from 54 Mbit/s", stations=["A"])
+    mr = CauseFinding("mac_retries", 0.8, "retries", stations=["A"])
+    pa = CauseFinding("performance_anomaly", 0.7, "A held the line", stations=["A", "B"])
+    other = CauseFinding("mac_retries", 0.9, "retries of B", stations=["B"])
+    got = explain(_Ctx(_line(_steady(8_000, 12_000)), quiet=QUIET), W, [mr, pa, rc])
+    assert [f.cause for f in got] == ["rate_change", "mac_retries", "performance_anomaly"]
+    assert got[1].explained_by == got[2].explained_by == "rate_change" and "PHY rate of A fell" in got[1].because
+    # another station's retries are not the rate change's doing
+    got = explain(_Ctx(_line(_steady(8_000, 12_000)), quiet=QUIET), W, [other, rc])
+    assert [f.cause for f in got] == ["mac_retries", "rate_change"] and got[0].explained_by is None
+
+
+def _split(load_in: float, load_out: float, svc_in: float, svc_out: float) -> delaysplit.Split:
+    parts = dict.fromkeys(delaysplit.PARTS, 0.0)
+    return delaysplit.Split({**parts, "load": load_in, "wired": 5.0}, {**parts, "load": load_out, "wired": 5.0}, 50,
+                            None, {"service_ms": svc_in, "service_outside_ms": svc_out})
+
+
+def test_a_longer_queue_of_slower_work_follows_the_delay_maker_found_not_a_longer_queue_of_the_same():
+    from xlayer.attribution.causality import _strongest_maker
+
+    found = [CauseFinding("spurious_rto", 0.9, ""), CauseFinding("mac_retries", 0.3, ""),
+             CauseFinding("rts_overhead", 0.6, "")]
+    assert _strongest_maker(_split(300, 100, 0.9, 0.5), found) == ("rts_overhead", "load")
+    assert _strongest_maker(_split(300, 100, 0.52, 0.5), found) is None      # same work: more packets ahead
+    assert _strongest_maker(_split(300, 100, 0.9, 0.5), found[:1]) is None   # nothing found that makes delay
+
+
+def test_slow_start_is_waited_out_for_as_many_round_trips_as_it_takes():
+    from xlayer.attribution.drops import WARMUP_RTTS, warmups
+
+    rtt = pl.DataFrame({"flow": ["far", "far", "far", "near"], "capture_file": ["srv", "srv", "ap", "srv"],
+                        "rtt_ns": [150 * MS, 170 * MS, 2 * MS, 4 * MS]})
+    w = warmups(rtt, DropConfig(warmup_s=0.5))
+    assert w == {"far": WARMUP_RTTS * 150 * MS, "near": 500 * MS}
+
+
+def test_one_station_retried_among_clean_ones_is_seen_on_its_own():
+    from xlayer.attribution.causes import mac_retries
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for st, p_in in (("A", 0.4), ("B", 0.03), ("C", 0.03)):
+        for k in range(600):
+            t = 8_000 * MS + k * 6 * MS          # 8.0 s to 11.6 s: inside the window from 10 s
+            p = p_in if t >= W.start_ns - 500 * MS else 0.03
+            rows.append({"ts_ns": t, "station": st, "retry": bool(rng.random() < p), "rate_mbps": 54.0,
+                         "acked": True, "frag": 0, "ta": "ap", "mac_seq": k})
+    ctx = _Ctx(_line(_steady(8_000, 12_000)), quiet=QUIET)
+    ctx.tables["attempts"] = pl.DataFrame(rows)
+    w = Window(W.start_ns, W.end_ns, ["f", "g", "h"], ["A", "B", "C"])
+    f = mac_retries._score_attempts(ctx, w)
+    all_three = mac_retries._conf(float(ctx.between("attempts", w.start_ns - 500 * MS, w.end_ns)["retry"].mean()),
+                                  0.03, "drop")
+    assert f is not None and f.confidence > 0.6 > all_three      # A alone: 40 % against its own 3 %
