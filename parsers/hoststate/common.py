@@ -30,6 +30,7 @@ import io
 import ipaddress
 import math
 import os
+import re
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -321,10 +322,26 @@ def empty_frame() -> pl.DataFrame:
     return pl.DataFrame(schema=SCHEMA)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text(v: str) -> str:
+    """Return `v` as valid Unicode: a lone surrogate (a JSON escape such as \\udc80) becomes U+FFFD."""
+    if v.isascii():
+        return v
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", v)
+    return v
+
+
 def frame_from_rows(rows: list[dict]) -> pl.DataFrame:
     """Return a table in the host state schema from dict rows (missing keys are null)."""
     if not rows:
         return empty_frame()
+    # JSON may escape lone surrogates into a string: not text a column can hold
+    rows = [{k: (_text(v) if isinstance(v, str) else v) for k, v in r.items()} for r in rows]
     return pl.DataFrame(rows, schema=SCHEMA)
 
 

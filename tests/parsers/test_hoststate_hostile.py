@@ -212,6 +212,20 @@ def test_iperf3_oversize_and_deep_nesting_counted(tmp_path: Path, small_caps: No
 # ------------------------------------------------------------------------------------------------
 # 3. and 4. what could not be read reaches bundle show, metrics.json, analyze; unreadable files warn
 # ------------------------------------------------------------------------------------------------
+def test_iperf3_lone_surrogate_escape_is_text_not_a_crash(tmp_path: Path) -> None:
+    # found by benchmarks/fuzz.py --target hoststate: JSON may escape a lone surrogate into a host name
+    doc = {"start": {"connected": [{"socket": 5, "local_host": "10.0.0.1", "local_port": 40000,
+                                    "remote_host": "@@", "remote_port": 5201}],
+                     "timestamp": {"timesecs": 1700000000}},
+           "intervals": [{"streams": [{"socket": 5, "start": 0.0, "end": 1.0, "seconds": 1.0, "bytes": 125000,
+                                       "bits_per_second": 1e6, "snd_cwnd": 14480, "rtt": 2000, "rttvar": 500}]}]}
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(doc).replace('"@@"', '"\\udc80"'))
+    assert "\\udc80" in p.read_text()
+    df = read_iperf3_json(p, "v")
+    assert df.height == 1 and df["dst"][0] == "\ufffd"
+
+
 def _xlayer(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "xlayer", *args], cwd=REPO, capture_output=True, text=True,
                           env=env, timeout=600)
