@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,3 +54,14 @@ def deferred() -> Iterator[None]:
         if not _held and _pending is not None:
             signum, _pending = _pending, None
             _raise(signum)
+
+
+def process_alive(pid: int) -> bool:
+    """Return whether a process `pid` exists (one of another user's counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True

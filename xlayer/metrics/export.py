@@ -30,8 +30,9 @@ import pyarrow.parquet as pq
 
 from xlayer.metrics import table_names
 from xlayer.metrics.schema import DOCS, REGISTRY
-from xlayer.signals import deferred
+from xlayer.signals import deferred, process_alive
 from xlayer.timeline import Timeline
+from xlayer.timeline.open import read_notes
 
 MANIFEST = "metrics.json"
 VERSION = 1
@@ -75,15 +76,6 @@ def writing_into(directory: Path) -> Iterator[None]:
         raise OutputError(_cause(exc) or exc.errno or errno.EIO, reason(exc), str(directory)) from exc
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
 
 def remove_stale_temps(directory: Path, names: set[str] | None = None) -> None:
     """Remove temporary files left in `directory` by writers that are gone (killed); return None.
@@ -93,7 +85,7 @@ def remove_stale_temps(directory: Path, names: set[str] | None = None) -> None:
     """
     for p in directory.glob(".*.part"):
         m = _TEMP.match(p.name)
-        if m is None or (names is not None and m["name"] not in names) or _alive(int(m["pid"])):
+        if m is None or (names is not None and m["name"] not in names) or process_alive(int(m["pid"])):
             continue
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
@@ -213,8 +205,7 @@ def write_metrics(tl: Timeline, out: str | os.PathLike, tables: list[str] | None
         "complete": False,
         "tables": {},
     }
-    from xlayer.timeline.open import read_notes   # files read in part (counts), as analyze notes them
-
+    # files read in part (their counts), as analyze notes them
     if read_notes(tl):
         man["read_notes"] = read_notes(tl)
     with writing_into(outdir):

@@ -28,6 +28,8 @@ from typing import Any
 
 import polars as pl
 
+from xlayer.signals import process_alive
+
 FORMAT = 1                      # what an entry holds; a change makes every older entry a miss
 _EDGE = 64 << 10                # bytes hashed at each end of a capture
 _BUILD = ".build-"
@@ -144,15 +146,6 @@ def abandon(build: Path) -> None:
     shutil.rmtree(build, ignore_errors=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
 
 def clean_stale(root: Path | None = None) -> int:
     """Remove builds whose process is gone; return how many were removed."""
@@ -160,7 +153,7 @@ def clean_stale(root: Path | None = None) -> int:
     n = 0
     for p in root.glob(f"{_BUILD}*") if root.is_dir() else ():
         parts = p.name[len(_BUILD):].split("-")
-        if len(parts) >= 2 and parts[1].isdigit() and not _alive(int(parts[1])):
+        if len(parts) >= 2 and parts[1].isdigit() and not process_alive(int(parts[1])):
             shutil.rmtree(p, ignore_errors=True)
             n += 1
     return n

@@ -41,6 +41,7 @@ import polars as pl
 from parsers.decode.ingest import IngestStats
 from xlayer.bundle.manifest import Bundle, BundleError, CaptureEntry, open_bundle
 from xlayer.bundle.tables import scan, state_ingest_stats, state_read_error
+from xlayer.signals import process_alive
 from xlayer.timeline.flowkey import flow_exprs
 
 ADDED = ("capture_file", "vantage", "clock", "kind", "ts_local_ns", "flow", "conn", "dir")
@@ -341,7 +342,7 @@ def _start_ticks(pid: int) -> int | None:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()
     except FileNotFoundError:
-        return None if os.path.isdir("/proc/self") else (0 if _pid_alive(pid) else None)
+        return None if os.path.isdir("/proc/self") else (0 if process_alive(pid) else None)
     except OSError:
         return 0
     try:    # the command name (field 2) may hold spaces and parentheses: count from the last ')'
@@ -349,15 +350,6 @@ def _start_ticks(pid: int) -> int | None:
     except (ValueError, IndexError):
         return 0
 
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def new_spill_dir() -> str:
