@@ -71,6 +71,16 @@ def _one_line(err: str) -> str:
     return lines[0]
 
 
+def _assert_left_said(man: dict | None, line: str) -> None:
+    """The one line says what was left: nothing, or the partial manifest's tables."""
+    if man is None:
+        assert "nothing written" in line, line
+    else:
+        assert man["complete"] is False
+        n = len(man["tables"])
+        assert (f"lists the {n} table" if n else "lists no tables") in line, line
+
+
 @contextmanager
 def tmpfs(where: Path, size: str) -> Iterator[Path]:
     """Yield a directory on a tmpfs of `size` (skips the test unless root and mounting works)."""
@@ -192,13 +202,7 @@ def test_metrics_disk_full(tmp_path: Path, size: str) -> None:
         assert r.returncode == 1, r.stderr[-3000:]
         line = _one_line(r.stderr)
         assert f"cannot write {out}: No space left on device" in line, line
-        man = assert_consistent(out) if out.exists() else None
-        if man is None:
-            assert "nothing written" in line, line
-        else:
-            assert man["complete"] is False
-            n = len(man["tables"])
-            assert (f"lists the {n} table" if n else "lists no tables") in line, line
+        _assert_left_said(assert_consistent(out) if out.exists() else None, line)
         assert not list(mnt.glob("**/*.part"))
 
 
@@ -292,9 +296,4 @@ def test_signal_while_writing(tmp_path: Path, sig: int, when) -> None:
         return      # every table was in before the signal came (a signal while printing the summary: 130)
     assert p.returncode == 130, err[-3000:]
     assert line.startswith("xlayer: interrupted; "), line
-    if man is None:
-        assert "nothing written" in line, line
-    else:
-        assert man["complete"] is False
-        n = len(man["tables"])
-        assert (f"lists the {n} table" if n else "lists no tables") in line, line
+    _assert_left_said(man, line)

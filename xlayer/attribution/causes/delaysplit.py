@@ -102,6 +102,12 @@ def _signals(ctx: Context, w: Window) -> dict[str, float]:
     return dict(s.group_by("station").agg(pl.col("signal_dbm").median()).iter_rows())
 
 
+def _excess(used: np.ndarray, n: np.ndarray, total: float) -> np.ndarray:
+    """Return per station the time it used beyond its packets at the others' median cost, over `total`."""
+    cost = used / n
+    return np.array([used[i] - n[i] * float(np.median(np.delete(cost, i))) for i in range(len(used))]) / total
+
+
 def _air_excess(ctx: Context, w: Window, per: pl.DataFrame) -> np.ndarray | None:
     """Return per station of `per` its airtime beyond what its packets cost the others (share of their air)."""
     ss = ctx.between("station_series", w.start_ns, w.end_ns, col="bin_start_ns")
@@ -112,8 +118,7 @@ def _air_excess(ctx: Context, w: Window, per: pl.DataFrame) -> np.ndarray | None
     n = per["n"].to_numpy().astype(float)
     if (air <= 0).any() or air.sum() <= 0:
         return None
-    cost = air / n
-    return np.array([air[i] - n[i] * float(np.median(np.delete(cost, i))) for i in range(len(air))]) / air.sum()
+    return _excess(air, n, float(air.sum()))
 
 
 def find_hog(ctx: Context, w: Window, d: pl.DataFrame | None = None) -> Hog | None:
@@ -131,7 +136,7 @@ def find_hog(ctx: Context, w: Window, d: pl.DataFrame | None = None) -> Hog | No
     if total <= 0:
         return None
     cost = t / n
-    excess = np.array([t[i] - n[i] * float(np.median(np.delete(cost, i))) for i in range(len(t))]) / total
+    excess = _excess(t, n, total)
     air = _air_excess(ctx, w, per)
     if air is not None:
         # the same excess counted in air used (data both ways, retries, ACKs: what a sniffer sees
