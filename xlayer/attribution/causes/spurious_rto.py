@@ -64,7 +64,7 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
                         {"spurious_retransmissions": n, "timeouts": episodes, "rto_estimate_ms": rto_ms,
                          "host_rto_ms": host_rto_ms, "owd_max_ms": owd_max, "vantage": best, "methods": methods,
                          "triggers": triggers, "method_example": example[0] if example.len() else None},
-                        stations=ctx.stations_of(sp["flow"].unique().to_list()),
+                        stations=ctx.stations_of(sorted(sp["flow"].unique().to_list())),
                         flows=sorted(sp["flow"].unique().to_list()), frames=ex)
 
 
