@@ -38,6 +38,7 @@ COLUMNS: tuple[Column, ...] = (
     _C("malformed", pl.Utf8, "", "null, or why the record could not be decoded completely"),
     # --- radio pseudo-header (radiotap, PPI, Prism, AVS) ---
     _C("rt_layout", pl.Utf8, "", "radiotap presence words as hex, comma-separated (the header's layout)"),
+    _C("rt_len", pl.UInt16, "B", "radiotap header length it_len (bytes 2-3), null for other link types"),
     _C("tsft", pl.UInt64, "us", "MAC timestamp (TSFT) of the first bit of the MPDU"),
     _C("rt_flags", pl.UInt8, "", "radiotap Flags field (0x10 FCS at end, 0x40 bad FCS, 0x02 short preamble...)"),
     _C("phy_rate_mbps", pl.Float64, "Mbit/s", "PHY data rate: legacy rate, or computed from HT/VHT/HE MCS, NSS, width, GI"),

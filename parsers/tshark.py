@@ -53,6 +53,7 @@ FIELDS: dict[str, Field] = {
     "iface": _f("frame.interface_id"),
     "malformed": _f("_ws.malformed", conv="malformed"),
     "rt_layout": _f("radiotap.present.word", conv="words", occ="all"),
+    "rt_len": _f("radiotap.length"),
     "tsft": _f("radiotap.mactime", "wlan_radio.timestamp"),
     "rt_flags": _f("radiotap.flags", conv="hex"),
     "phy_rate_mbps": _f("wlan_radio.data_rate", conv="float"),

@@ -11,6 +11,8 @@ still starts at it_len.  Bit 28 (TLV) makes the rest of the header a list of TLV
 
 Columns (first occurrence in header order, so per-antenna namespaces never override the main one):
 
+* rt_len: it_len, for every record whose bytes 2-3 are captured, malformed ones included (tshark's
+  ``radiotap.length``): where the 802.11 frame starts, padding after the fields included.
 * tsft, rt_flags, chan_flags, signal_dbm, noise_dbm, antenna, rx_flags, tx_flags, data_retries,
   ampdu_ref, ampdu_flags, rt_timestamp: the radiotap fields of those names.  signal_dbm is the first
   dBm antenna signal (tshark's first ``radiotap.dbm_antsignal``; ``wlan_radio.signal_dbm`` shows the
@@ -396,6 +398,8 @@ def frame_radiotap(data: bytes, start: int, end: int, claimed: int, cut: bool,
                    row: dict) -> tuple[int, int, int, int] | None:
     """Decode one radiotap header into `row`; return the 802.11 frame's (kind, start, end, claimed)."""
     avail = end - start
+    if avail >= 4:      # it_len, whatever else is wrong with the header (as tshark's radiotap.length)
+        row["rt_len"] = _u16(data, start + 2)
     if header_missing(row, avail, 8, cut, R_SHORT):
         return None
     hb = bytes(data[start:end])
@@ -714,6 +718,7 @@ def decode_radiotap(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     hdr = np.ndarray((n,), dtype=_HDR, buffer=head, strides=(HEAD,)) if n else np.zeros(0, _HDR)
     it_len = hdr["len"].astype(np.int64)
     w0 = hdr["w0"]
+    _put_rt_len(out, rows, avail, it_len)
     good = ok8 & (hdr["ver"] == 0) & (it_len >= 8) & (it_len <= avail)
     idx = None
     if not good.all():
@@ -741,6 +746,19 @@ def decode_radiotap(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     if len(parts) == 1:
         return Span(*parts[0])
     return in_row_order(Span(*(np.concatenate([p[i] for p in parts]) for i in range(6))))
+
+
+def _put_rt_len(out: ColumnBuilder, rows: np.ndarray, avail: np.ndarray, it_len: np.ndarray) -> None:
+    """Write rt_len (it_len) of every row whose bytes 2-3 were captured, malformed or not."""
+    # Per record, as tshark shows radiotap.length: the 802.11 frame starts at it_len, which drivers
+    # pad past the end of the fields, so the layout alone does not give it.
+    if not out.wants("rt_len"):
+        return
+    has = avail >= 4
+    if has.all():
+        out.put("rt_len", rows, it_len)
+    elif has.any():
+        out.put("rt_len", rows[has], it_len[has])
 
 
 def gather_ahead(buf: np.ndarray, offset: np.ndarray, linktype: np.ndarray, width: int) -> dict:

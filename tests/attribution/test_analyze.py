@@ -121,8 +121,13 @@ def test_json_shape_and_evidence() -> None:
     drops = pl.read_parquet(d / "truth_packets.parquet").filter(pl.col("fate") == "dropped_at_ap_queue")
     cited = [f["frame"] for f in inc["frames"] if f["capture_file"] == "ap_wired.pcap"]
     assert cited and set(cited) <= set(drops["ap_wired_frame"].to_list())
-    confs = [c["confidence"] for c in inc["causes"]]
-    assert confs == sorted(confs, reverse=True)
+    # roots by confidence; a consequence right after what explains it (or after another of its consequences)
+    explained = {c["cause"]: c["explained_by"] for c in inc["consequences"]}
+    roots = [c["confidence"] for c in inc["causes"] if c["cause"] not in explained]
+    assert roots == sorted(roots, reverse=True)
+    order = [c["cause"] for c in inc["causes"]]
+    for cause, by in explained.items():
+        assert order.index(by) < order.index(cause)
 
 
 def test_text_summary_escapes_capture_strings(tmp_path: Path) -> None:

@@ -45,8 +45,13 @@ def test_retries_of_a_deaf_station_are_the_root_of_its_spurious_timeouts():
 def test_slow_station_queueing_is_the_root_in_the_performance_anomaly():
     (inc,) = _analyze("sim-performance_anomaly")["incidents"]
     assert inc["root"] == "performance_anomaly"
-    assert [c["cause"] for c in inc["consequences"]] == ["spurious_rto"]
-    assert "time the AP served one station" in inc["consequences"][0]["because"]
+    why = {c["cause"]: c for c in inc["consequences"]}
+    assert set(why) == {"spurious_rto", "mac_retries"}
+    assert "time the AP served one station" in why["spurious_rto"]["because"]
+    # the slow station's own retries are its weak link's: they follow the anomaly, not rank beside it
+    assert why["mac_retries"]["explained_by"] == "performance_anomaly" and "weak link" in why["mac_retries"]["because"]
+    order = [c["cause"] for c in inc["causes"]]
+    assert order.index("performance_anomaly") < order.index("mac_retries")
     hog = inc["evidence"]["performance_anomaly"]["numbers"]["hog"]
     assert hog["rate_mbps"] < 0.6 * hog["others_rate_mbps"] and hog["service_share"] > hog["packet_share"]
 
@@ -283,3 +288,58 @@ def test_one_station_retried_among_clean_ones_is_seen_on_its_own():
     all_three = mac_retries._conf(float(ctx.between("attempts", w.start_ns - 500 * MS, w.end_ns)["retry"].mean()),
                                   0.03, "drop")
     assert f is not None and f.confidence > 0.6 > all_three      # A alone: 40 % against its own 3 %
+
+
+def _qo(udp: list[dict]) -> CauseFinding:
+    return CauseFinding("ap_queue_overflow", 0.9, "AP dropped 300 packets", {"dropped": 300, "udp": udp},
+                        stations=["S"])
+
+
+def _pa() -> CauseFinding:
+    return CauseFinding("performance_anomaly", 0.5, "S held the line", {"hog": {"station": "S"}}, stations=["S"])
+
+
+def test_a_flood_to_the_slow_station_is_the_root_of_its_anomaly_and_tcp_overflow_follows_the_anomaly():
+    from xlayer.attribution.causality import _queue_and_slow_station
+
+    flood = [{"flow": "udp x", "station": "S", "offered_bps": 5e6, "station_delivered_bps": 1e6}]
+    got = _queue_and_slow_station([_qo(flood), _pa()])
+    assert [f.cause for f in got] == ["ap_queue_overflow", "performance_anomaly"]
+    assert got[1].explained_by == "ap_queue_overflow" and "unresponsive stream" in got[1].because
+    # responsive traffic only (or a UDP stream the station keeps up with): the slow service filled the queue
+    for udp in ([], [{"flow": "udp y", "station": "S", "offered_bps": 1e6, "station_delivered_bps": 1e6}]):
+        got = _queue_and_slow_station([_qo(udp), _pa()])
+        assert [f.cause for f in got] == ["performance_anomaly", "ap_queue_overflow"]
+        assert got[1].explained_by == "performance_anomaly"
+    # a flood to another station: two roots, the order by confidence stays
+    other = [{"flow": "udp z", "station": "T", "offered_bps": 5e6, "station_delivered_bps": 1e6}]
+    got = _queue_and_slow_station([_qo(other), _pa()])
+    assert [f.explained_by for f in got] == [None, None]
+
+
+def test_a_drop_inside_a_condition_that_held_before_it_is_its_own_window():
+    from xlayer.attribution.analyze import _merge
+
+    s = 1_000_000_000
+    cond = Window(0, 8 * s, kind="sustained", proposer="rts_overhead")
+    drop = Window(3 * s, 5 * s)
+    got = _merge([cond, drop], gap_ns=s // 4)
+    assert sorted((w.start_ns, w.end_ns, w.kind) for w in got) == [(0, 8 * s, "sustained"), (3 * s, 5 * s, "drop")]
+    # a condition that began with the drop is the drop's: one window
+    began = Window(3 * s + s // 10, 8 * s, kind="sustained", proposer="performance_anomaly")
+    (w,) = _merge([began, drop], gap_ns=s // 4)
+    assert (w.start_ns, w.end_ns, w.kind) == (3 * s, 8 * s, "sustained")
+
+
+def test_truth_causes_of_two_injections_are_two_events():
+    from xlayer.attribution.truthcheck import _events
+
+    def c(cause, a, b, inj=None):
+        return {"cause": cause, "start_ts": a, "end_ts": b, **({"injected": inj} if inj else {})}
+
+    chain = [c("mac_retries", 2.0, 3.0, "delay_spike"), c("spurious_rto", 2.2, 3.1, "delay_spike")]
+    assert len(_events({"causes": chain})) == 1
+    both = [c("rts_overhead", 1.0, 8.0, "rts_cts"), c("rate_change", 3.0, 6.0, "walkaway")]
+    assert len(_events({"causes": both})) == 2
+    # truths without tags (lab bundles) keep grouping by overlap
+    assert len(_events({"causes": [c("rts_overhead", 1.0, 8.0), c("rate_change", 3.0, 6.0)]})) == 1

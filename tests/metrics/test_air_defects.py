@@ -3,7 +3,8 @@
 1. The 802.11 frame starts at the radiotap header's it_len, which may run past the end of the fields
    the presence words name (AirPcap's 0x0000588e: fields up to byte 20, it_len 24).  The MPDU length,
    hence the airtime, was taken from the fields' end: 4 bytes too long on every frame (+32 us at
-   1 Mbit/s).
+   1 Mbit/s).  Then it was learnt per layout, which cannot be right where records of one layout differ
+   in padding; now each record's own it_len (packet column rt_len) is its header length.
 2. A CTS-to-self (a CTS addressed to its own sender, no RTS before it) was counted as a CTS answering
    an RTS ("13 CTS, 0 RTS").  A CTS answers an RTS only as the next record after an RTS from the
    station it is addressed to, within SIFS + CTS airtime.
@@ -17,7 +18,7 @@ import polars as pl
 import pytest
 
 import parsers
-from tests.helpers.common import corpus_or_skip, tshark_or_skip
+from tests.helpers.common import corpus_or_skip, manifest, tshark_or_skip
 from tests.parsers.test_radiotap import DOT11, PAD_588E, _pcap, rt, with_fcs
 from xlayer.attribution.causes import rts_overhead
 from xlayer.attribution.causes.base import Context, Window
@@ -48,15 +49,18 @@ def test_padded_radiotap_header_airtime_crafted(tmp_path, decoder) -> None:
     assert a["ppdu_ns"].to_list() == [192_000 + 8_000 * (len(DOT11) + 4), 304_000]
 
 
-def _tshark_mpdu(path, tshark: str) -> list[int]:
+def _tshark_mpdu(path, tshark: str) -> list[int | None]:
     """Return each frame's MPDU length (FCS included) as tshark reads it: frame.len - radiotap.length
-    (less the FCS the capture kept) + 4."""
-    out = subprocess.run([tshark, "-r", str(path), "-T", "fields", "-e", "frame.len", "-e", "radiotap.length",
-                          "-e", "radiotap.flags.fcs"], capture_output=True, text=True, check=True).stdout
-    want = []
+    (less the FCS the capture kept) + 4; None where tshark shows no radiotap.length."""
+    out = subprocess.run([tshark, "-n", "-r", str(path), "-T", "fields", "-e", "frame.encap_type", "-e", "frame.len",
+                          "-e", "radiotap.length", "-e", "radiotap.flags.fcs"],
+                         capture_output=True, text=True, check=True).stdout
+    want: list[int | None] = []
     for line in out.splitlines():
-        flen, it_len, fcs = line.split("\t")
-        want.append(int(flen) - int(it_len) - (4 if fcs in ("1", "True") else 0) + 4)
+        encap, flen, it_len, fcs = line.split("\t")
+        if not encap:       # a pcapng block tshark numbers as a frame: not a packet record
+            continue
+        want.append(int(flen) - int(it_len) - (4 if fcs in ("1", "True") else 0) + 4 if it_len else None)
     return want
 
 
@@ -74,6 +78,75 @@ def test_padded_radiotap_header_airtime_corpus(rel, layout, it_len) -> None:
     if "Induction" in rel:
         # frame 1: a 168-byte record with FCS = 144-byte beacon at 1 Mbit/s: 192 + 8 x 144 us
         assert (df["wirelen"][0], a["mpdu_bytes"][0], a["ppdu_ns"][0]) == (168, 144, 1_344_000)
+
+
+# --- 1b. each record's own it_len (rt_len), not a length learnt per layout --------------------------
+
+UNPAD_588E = PAD_588E[:-4]          # the same fields without the padding: it_len 20
+
+
+def _mixed_padding_records() -> list[bytes]:
+    """Return records of ONE layout (0x0000588e: FCS at the end, 1 Mbit/s) whose headers are padded to
+    it_len 24 on some and not on others (it_len 20), carrying data frames of varied lengths: no frame of
+    fixed MPDU length (ACK, CTS, RTS, Null) from which a per-layout length could be learnt."""
+    recs = []
+    for i in range(12):
+        body = UNPAD_588E if i % 3 == 1 or i == 11 else PAD_588E
+        recs.append(rt([0x0000588E], body) + with_fcs(DOT11 + bytes(range(5 * i))))
+    return recs
+
+
+def test_mixed_padding_in_one_layout_mpdu_from_each_records_it_len(tmp_path) -> None:
+    recs = _mixed_padding_records()
+    it_len = [r[2] | r[3] << 8 for r in recs]
+    assert sorted(set(it_len)) == [20, 24]
+    path = tmp_path / "mixed.pcap"
+    path.write_bytes(_pcap(recs, 127))
+    got = {}
+    for decoder in ("fast", "reference"):
+        df = parsers.read_capture(path, decoder=decoder)
+        assert set(df["rt_layout"].to_list()) == {"0000588e"}
+        assert df["wlan_type"].to_list() == [2] * len(recs) and not df["fcs_bad"].any()
+        got[decoder] = (df["rt_len"].to_list(), airtime(df))
+    assert got["fast"][0] == got["reference"][0] == it_len
+    assert got["fast"][1].equals(got["reference"][1])
+    a = got["fast"][1]
+    # the FCS is in the record (Flags 0x10): the MPDU is everything after the record's own header
+    assert a["mpdu_bytes"].to_list() == [len(r) - n for r, n in zip(recs, it_len)]
+    assert a["ppdu_ns"].to_list() == [192_000 + 8_000 * (len(r) - n) for r, n in zip(recs, it_len)]
+
+
+def test_tables_without_rt_len_keep_the_learnt_header_length(tmp_path) -> None:
+    """Packet tables written before rt_len (column absent, or null of dtype Null as readers fill it):
+    the header length is still learnt per layout, here from the ACK (fixed 14-byte MPDU)."""
+    recs = [rt([0x0000588E], PAD_588E) + with_fcs(DOT11), rt([0x0000588E], PAD_588E) + with_fcs(ACK)]
+    path = tmp_path / "padded.pcap"
+    path.write_bytes(_pcap(recs, 127))
+    df = parsers.read_capture(path)
+    want = [len(DOT11) + 4, 14]
+    assert airtime(df)["mpdu_bytes"].to_list() == want
+    assert airtime(df.drop("rt_len"))["mpdu_bytes"].to_list() == want
+    assert airtime(df.with_columns(pl.lit(None).alias("rt_len")))["mpdu_bytes"].to_list() == want
+
+
+def _radiotap_captures() -> list[str]:
+    return [r["file"] for r in manifest() if "DLT 127" in r.get("linktype", "") and "/vectors/" not in r["file"]]
+
+
+@pytest.mark.parametrize("rel", _radiotap_captures() or ["(corpus absent)"])
+def test_mpdu_bytes_equal_tshark_on_every_radiotap_capture(rel) -> None:
+    """Every record of every radiotap capture of the corpus (malformed ones included): xlayer's MPDU
+    length is tshark's frame.len - radiotap.length (+ 4 where the capture dropped the FCS)."""
+    root = corpus_or_skip()
+    tshark = tshark_or_skip()
+    df = parsers.read_capture(root / rel)
+    want = _tshark_mpdu(root / rel, tshark)
+    assert len(want) == df.height
+    ours = airtime(df)["mpdu_bytes"].to_list()
+    # tshark shows no radiotap.length only where fewer than 4 bytes were captured: nor do we
+    assert [w is None for w in want] == df["rt_len"].is_null().to_list()
+    bad = [(i + 1, o, w) for i, (o, w) in enumerate(zip(ours, want)) if w is not None and o != w]
+    assert not bad, f"{rel}: {len(bad)} of {df.height} records differ (frame, ours, tshark): {bad[:10]}"
 
 
 # --- 2. CTS-to-self is not a CTS answering an RTS ----------------------------------------------------
@@ -127,12 +200,33 @@ class _Tables:
 def test_rts_overhead_counts_only_cts_answering_an_rts(protection, rts, cts) -> None:
     ctx = Context(_Tables(_exchanges(60, protection), 60), DropConfig())
     assert rts_overhead._control(ctx, 12).height == cts
-    f = rts_overhead.score(ctx, Window(0, 10 * S, [], [STA]))
+    f = rts_overhead.score(ctx, Window(0, 10 * S, [], [STA], kind="sustained"))
     if rts == 0:
         assert f is None                    # CTS-to-self is protection, not an RTS/CTS exchange
         return
     assert f is not None and (f.numbers["rts"], f.numbers["cts"]) == (rts, cts)
     assert f"{rts:,} RTS and {cts:,} CTS for 60 data transmissions" in f.summary
+
+
+def test_rts_overhead_explains_a_drop_only_where_protection_rose() -> None:
+    # 60 exchanges, then 60 more data frames: protected in the first case, not in the second
+    af = _exchanges(60, "rts")
+    plain = [("air.pcap", len(af) + i + 1, S + 600_000_000 + 10_000_000 * i, 2, 0, AP, STA, None, 50_000)
+             for i in range(60)]
+    for later_protected in (True, False):
+        rows = af + ([(f, n + len(af), ts + 600_000_000, *rest) for f, n, ts, *rest in af] if later_protected
+                     else plain)
+        t = _Tables(rows, 120)
+        t.tables["attempts"] = pl.DataFrame({"station": [STA] * 120,
+                                             "ts_ns": [S + 3_000_000 + 10_000_000 * i for i in range(120)]})
+        ctx = Context(t, DropConfig())
+        drop = Window(S, S + 600_000_000, [], [STA])          # the protected first half drops
+        ctx.quiet = [(drop.start_ns, drop.end_ns)]
+        f = rts_overhead.score(ctx, drop)
+        # RTS/CTS before every frame outside the drop too: the steady state the drop fell from, no cause;
+        # protection only inside the drop: it is what changed
+        assert (f is None) == later_protected
+        assert rts_overhead.score(ctx, Window(S, S + 600_000_000, [], [STA], kind="sustained")) is not None
 
 
 def test_rts_overhead_on_a_capture_with_cts_to_self() -> None:

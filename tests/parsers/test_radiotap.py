@@ -25,7 +25,7 @@ from parsers.columnar.span import KIND_DOT11, Span
 
 from tests.helpers.common import CORPUS
 
-RT_COLUMNS = ["rt_layout", "tsft", "rt_flags", "phy_rate_mbps", "phy", "mcs", "nss", "bw_mhz", "sgi",
+RT_COLUMNS = ["rt_layout", "rt_len", "tsft", "rt_flags", "phy_rate_mbps", "phy", "mcs", "nss", "bw_mhz", "sgi",
               "he_gi_us", "freq_mhz", "chan_flags", "signal_dbm", "noise_dbm", "antenna", "rx_flags",
               "tx_flags", "data_retries", "fcs_bad", "ampdu_ref", "ampdu_flags", "rt_timestamp",
               "malformed"]
@@ -344,9 +344,10 @@ def _rt_layout(rec) -> str:
 def test_crafted(name: str, rec, expected: dict) -> None:
     row, nxt = decode_one(rec)
     row.pop("rt_layout")
-    assert row == expected
     data = rec[0] if isinstance(rec, tuple) else rec
     it_len = data[2] | data[3] << 8
+    assert row.pop("rt_len") == it_len
+    assert row == expected
     assert nxt is not None and nxt[0] == KIND_DOT11 and nxt[1] == it_len
 
 
@@ -381,6 +382,70 @@ def test_malformed(rec: bytes, reason: str) -> None:
     assert nxt is None
 
 
+# Records whose header is wrong in each way, and the it_len (rt_len) each has: bytes 2-3 whenever they
+# were captured, whatever else is wrong (tshark shows radiotap.length so), none when they were not.
+RT_LEN_CASES = [
+    ("short 7", rt([0x2], b"\x10")[:7], 9),
+    ("short 4", rt([0x2], b"\x10")[:4], 9),
+    ("short 3", rt([0x2], b"\x10")[:3], None),
+    ("version 1", rt([1 << 2], b"\x0c", version=1) + DOT11, 9),
+    ("it_len 6", rt([1 << 2], b"\x0c", it_len=6) + DOT11, 6),
+    ("it_len past the frame", rt([1 << 2], b"\x0c", it_len=200) + DOT11, 200),
+    ("it_len past the cut frame", (rt([1 << 2], b"\x0c", it_len=200) + DOT11, 400), 200),
+    ("field past it_len", rt([(1 << 2) | (1 << 3)], b"\x0c\x00" + CH_2412_CCK, it_len=10) + DOT11, 10),
+    ("bitmap past it_len", rt([1 << 31, 1 << 31, 1 << 2], b"\x0c", it_len=10) + DOT11, 10),
+    ("frame shorter than its FCS", rt([0x2], b"\x10") + b"\x08\x01", 9),
+    ("vendor past it_len", rt([(1 << 2) | (1 << 30)], b"\x0c\x00" + bytes([0, 0, 0, 0, 50, 0])) + DOT11, 16),
+    ("TLV past it_len", rt([1 << 28], struct.pack("<HH", 5, 9) + b"\x01") + DOT11, 13),
+    ("more words than the fast path takes", rt([1 << 31] * 9 + [1 << 2], b"\x0c") + DOT11, 45),
+    ("padded, another layout's record", rt([0x0000588E], PAD_588E) + with_fcs(DOT11), 24),
+    ("0-length PSDU", rt([1 << 26], b"\x01") + DOT11, 9),
+]
+
+
+@pytest.mark.parametrize("name,rec,it_len", RT_LEN_CASES, ids=[c[0] for c in RT_LEN_CASES])
+def test_rt_len_whenever_bytes_2_3_are_captured(name: str, rec, it_len: int | None) -> None:
+    """Both decoders (the fast one through its deferred rows too) give the same rt_len."""
+    row, _ = decode_one(rec)
+    assert row.get("rt_len") == it_len
+
+
+def test_rt_len_of_a_mixed_chunk_both_decoders() -> None:
+    """One chunk of every case at once (fast rows, deferred rows, malformed rows side by side)."""
+    recs = [c[1] for c in RT_LEN_CASES] * 3
+    fast, ref, _, _ = decode_both(decode_radiotap, frame_radiotap, recs)
+    assert [r["rt_len"] for r in fast] == [r["rt_len"] for r in ref] == [c[2] for c in RT_LEN_CASES] * 3
+
+
+def test_rt_len_against_tshark() -> None:
+    _tshark_or_skip()
+    theirs = tshark_columns([c[1] for c in RT_LEN_CASES], 127, ["rt_len"])
+    assert [t["rt_len"] for t in theirs] == [c[2] for c in RT_LEN_CASES]
+
+
+def test_rt_len_only_where_asked_and_other_link_types_null(tmp_path) -> None:
+    """A read asked for rt_len decodes the link layer only and gives the full read's values; a read not
+    asked for it has no such column; records of other link types have none."""
+    import parsers
+    from parsers.columnar.columns import Projection
+
+    proj = Projection(["rt_len"])
+    assert proj.decodes("link") and not proj.decodes("dot11") and "rt_len" in proj.store
+    assert "rt_len" not in Projection(["rt_layout"]).store
+    recs = [c[1] for c in RT_LEN_CASES]
+    path = tmp_path / "rt.pcap"
+    path.write_bytes(_pcap(recs, 127))
+    full = parsers.read_capture(path)
+    assert full["rt_len"].to_list() == [c[2] for c in RT_LEN_CASES]
+    for decoder in ("fast", "reference"):
+        only = parsers.read_capture(path, columns=["rt_len"], decoder=decoder)
+        assert only["rt_len"].to_list() == full["rt_len"].to_list()
+    assert "rt_len" not in parsers.read_capture(path, columns=["rt_layout"]).columns
+    raw = tmp_path / "raw.pcap"
+    raw.write_bytes(_pcap([DOT11, DOT11], 105))
+    assert parsers.read_capture(raw)["rt_len"].to_list() == [None, None]
+
+
 def test_malformed_keeps_fields_before() -> None:
     row, _ = decode_one(rt([(1 << 2) | (1 << 3)], b"\x0c\x00" + CH_2412_CCK, it_len=10) + DOT11)
     assert row["phy_rate_mbps"] == 6.0 and "freq_mhz" not in row and row["malformed"] == R_FIELD
@@ -389,10 +454,10 @@ def test_malformed_keeps_fields_before() -> None:
 def test_cut_header_is_not_malformed() -> None:
     full = rt([(1 << 0) | (1 << 2) | (1 << 3)], struct.pack("<QB", 7, 0x0C) + b"\x00" + CH_2412_CCK) + DOT11
     row, nxt = decode_one((full[:14], len(full)))
-    assert row == {"rt_layout": "0000000d"} and nxt is None
+    assert row == {"rt_layout": "0000000d", "rt_len": 22} and nxt is None
     row, nxt = decode_one((full[:18], len(full)))
     # the Channel field was not captured: a 6 Mb/s rate alone names no PHY
-    assert row == {"rt_layout": "0000000d", "tsft": 7, "phy_rate_mbps": 6.0} and nxt is None
+    assert row == {"rt_layout": "0000000d", "rt_len": 22, "tsft": 7, "phy_rate_mbps": 6.0} and nxt is None
 
 
 def test_tlv_and_zero_length_psdu() -> None:

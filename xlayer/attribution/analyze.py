@@ -84,8 +84,22 @@ def _cut(windows: list[Window], events: list[Window]) -> list[Window]:
     return keep + merged_events
 
 
-def _merge(windows: list[Window]) -> list[Window]:
-    """Return windows with those overlapping by half of the shorter one merged (events stay apart)."""
+def _apart(a: Window, b: Window, gap_ns: int) -> bool:
+    """Return whether a drop and a condition that held since before it stay two windows.
+
+    A condition proposed as sustained (RTS/CTS, fragmentation, a slow station) that already held
+    `gap_ns` before a drop began was part of the baseline the drop fell from: it does not explain
+    the fall, which is a question of its own (a walk, a hidden node inside a whole-run condition)."""
+    kinds = {a.kind, b.kind}
+    if kinds != {"drop", "sustained"}:
+        return False
+    drop, cond = (a, b) if a.kind == "drop" else (b, a)
+    return cond.start_ns < drop.start_ns - gap_ns
+
+
+def _merge(windows: list[Window], gap_ns: int = 0) -> list[Window]:
+    """Return windows with those overlapping by half of the shorter one merged (events stay apart, and
+    drops from conditions that held before them: `_apart`)."""
     ws = sorted(windows, key=lambda w: w.start_ns)
     changed = True
     while changed:
@@ -93,7 +107,7 @@ def _merge(windows: list[Window]) -> list[Window]:
         for i in range(len(ws)):
             for j in range(i + 1, len(ws)):
                 a, b = ws[i], ws[j]
-                if "event" in (a.kind, b.kind) and a.kind != b.kind:
+                if ("event" in (a.kind, b.kind) and a.kind != b.kind) or _apart(a, b, gap_ns):
                     continue
                 shorter = min(a.end_ns - a.start_ns, b.end_ns - b.start_ns)
                 if shorter > 0 and _overlap(a, b) >= 0.5 * shorter:
@@ -138,7 +152,7 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
         proposed = [w for w in proposed if w.end_ns > span[0] and w.start_ns < span[1]]
     events = [w for w in proposed if w.kind == "event"]
     sustained = [w for w in proposed if w.kind != "event"]
-    windows = _merge(_cut(windows, _merge(events)) + sustained)
+    windows = _merge(_cut(windows, _merge(events)) + sustained, int(cfg.merge_gap_s * NS))
     incidents = []
     shared: list[str] = []
     for w in windows:
@@ -155,8 +169,10 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
             if f.confidence >= MIN_CONFIDENCE:
                 found.append(f)
         # An event window is the event's consequence: the cause that saw the event ranks first
-        # (a station that lost its association also shows falling rates and retries after it).
-        found.sort(key=lambda f: (not (w.kind == "event" and f.cause == w.proposer), -f.confidence))
+        # (a station that lost its association also shows falling rates and retries after it).  A
+        # condition's window is the span it held: its cause ranks first there, and what else changed
+        # inside the span has drop windows of its own.
+        found.sort(key=lambda f: (not (w.kind != "drop" and f.cause == w.proposer), -f.confidence))
         found = explain(ctx, w, found)
         if not found and w.kind == "drop":
             kept = aggregate_kept(g, w.start_ns, w.end_ns, cfg)

@@ -8,6 +8,10 @@ The graph (issue 11; study 003's finding: MAC retransmissions push IP delay abov
     queueing behind plain work  <- ap_queue_overflow (a full queue)
     any of them, or the wired path -> delay above the RTO -> spurious_rto (nothing was lost)
     rate_change (a weakening link) -> performance_anomaly, mac_retries of that station
+    performance_anomaly (a weak link) -> mac_retries of the slow station; with responsive flows,
+        ap_queue_overflow (the slow service fills the queue)
+    an unresponsive stream offered past its station's intake -> ap_queue_overflow -> performance_anomaly
+        when that station is the slow one
 
 A `spurious_rto` finding is a consequence when the delay of the timed-out flows' packets shows what
 made it.  `xlayer.attribution.causes.delaysplit` splits each packet's delay (the `delay` table) by
@@ -132,9 +136,73 @@ def _after_rate_change(found: list[CauseFinding]) -> list[CauseFinding]:
     return rest[:at] + [rc, *led] + rest[at:]
 
 
+def _slow_station(f: CauseFinding) -> str | None:
+    """Return the slow station a `performance_anomaly` finding names."""
+    hog = f.numbers.get("hog")
+    if isinstance(hog, dict) and hog.get("station"):
+        return str(hog["station"])
+    st = f.numbers.get("stations")
+    return str(st[0]["station"]) if isinstance(st, list) and st and isinstance(st[0], dict) else None
+
+
+def _after_weak_link(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:
+    """Return the findings with `mac_retries` after the performance anomaly when the window's retries
+    are the slow station's alone (without its frames they make no finding): a weak link's low rate
+    and lost frames are one condition, and what the other stations lose is its air, retries included."""
+    pa = next((f for f in found if f.cause == performance_anomaly.NAME and f.explained_by is None), None)
+    mr = next((f for f in found if f.cause == mac_retries.NAME and f.explained_by is None), None)
+    slow = _slow_station(pa) if pa is not None else None
+    if mr is None or slow is None:
+        return found
+    if mac_retries.without(ctx, w, slow) >= mac_retries.MIN_CONF:
+        return found            # the other stations' retries are a finding of their own
+    return _pair(found, pa, mr, f"mac_retries because {slow} is on a weak link: without its frames the window's "
+                                f"retries are not above usual; {pa.summary}")
+
+
+FLOOD_RATIO = 1.1      # offered over what the station took in: an unresponsive stream fills the queue
+
+
+def _pair(found: list[CauseFinding], root: CauseFinding, cons: CauseFinding, because: str) -> list[CauseFinding]:
+    """Return the findings with `cons` explained by `root` (a finding or one made from measurements),
+    the two placed where the higher one was."""
+    cons.explained_by, cons.because = root.cause, because
+    first = min(found.index(cons), found.index(root) if root in found else len(found))
+    rest = [f for f in found if f is not root and f is not cons]
+    at = sum(1 for f in found[:first] if f is not root and f is not cons)
+    return rest[:at] + [root, cons] + rest[at:]
+
+
+def _queue_and_slow_station(found: list[CauseFinding]) -> list[CauseFinding]:
+    """Return the findings with the AP queue overflow and the performance anomaly in causal order.
+
+    A queue overflows when packets arrive faster than the AP sends them.  An unresponsive stream
+    offered faster than its station takes in keeps the queue full by itself: the overflow is the
+    root, and when that station is the slow one, its hold on the air follows from the flood.  With
+    no such stream (responsive TCP backs off), the queue filled because the slow station's frames
+    slowed the AP's service: the anomaly is the root, the overflow its consequence."""
+    pa = next((f for f in found if f.cause == performance_anomaly.NAME and f.explained_by is None), None)
+    qo = next((f for f in found if f.cause == "ap_queue_overflow" and f.explained_by is None), None)
+    slow = _slow_station(pa) if pa is not None else None
+    if qo is None or slow is None:
+        return found
+    floods = [u for u in qo.numbers.get("udp") or []
+              if u.get("offered_bps", 0.0) > FLOOD_RATIO * u.get("station_delivered_bps", 0.0)]
+    if any(u.get("station") == slow for u in floods):
+        u = next(u for u in floods if u.get("station") == slow)
+        return _pair(found, qo, pa, f"performance_anomaly because an unresponsive stream ({u['flow']}) was offered "
+                                    f"{u['offered_bps'] / 1e6:.1f} Mbit/s to {slow}, which took in "
+                                    f"{u['station_delivered_bps'] / 1e6:.1f} Mbit/s: the AP's queue stayed full of "
+                                    f"its packets; {qo.summary}")
+    if floods:
+        return found            # a flood to another station: two roots
+    return _pair(found, pa, qo, f"ap_queue_overflow because {slow}'s slow frames held the AP's transmit line while "
+                                f"responsive flows kept arriving: {pa.summary}")
+
+
 def explain(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:
     """Return the findings with each consequence placed right after the root the measurements show made it."""
-    return _after_rate_change(_explain_timeouts(ctx, w, found))
+    return _after_rate_change(_after_weak_link(ctx, w, _queue_and_slow_station(_explain_timeouts(ctx, w, found))))
 
 
 def _explain_timeouts(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:
@@ -159,25 +227,20 @@ def _explain_timeouts(ctx: Context, w: Window, found: list[CauseFinding]) -> lis
         root = maker.from_delay(ctx, w, s, sp.confidence) if maker is not None else None
         if root is None:
             return found
-    sp.explained_by = root.cause
     if part == "load" and root.cause != "ap_queue_overflow":
-        sp.because = (f"spurious RTOs after the delay grew while {root.cause} held: the late packets waited "
-                      f"{s.inside['load']:.0f} ms in the AP queue ({s.outside.get('load', 0.0):.0f} ms outside "
-                      f"the drops) of {s.total_ms:.0f} ms (RTO {rto:.0f} ms), a queue of packets served more "
-                      f"slowly than the parts can separate")
+        because = (f"spurious RTOs after the delay grew while {root.cause} held: the late packets waited "
+                   f"{s.inside['load']:.0f} ms in the AP queue ({s.outside.get('load', 0.0):.0f} ms outside "
+                   f"the drops) of {s.total_ms:.0f} ms (RTO {rto:.0f} ms), a queue of packets served more "
+                   f"slowly than the parts can separate")
     else:
-        sp.because = (f"spurious RTOs because {root.cause} pushed delay past the RTO: {LABEL[part]} "
-                      f"{s.inside[part] / s.total_ms:.0%} of the delay of the late packets (mean {s.total_ms:.0f} "
-                      f"ms, {s.inside[part]:.0f} ms of it, {s.outside.get(part, 0.0):.0f} ms outside the drops; "
-                      f"RTO {rto:.0f} ms)")
+        because = (f"spurious RTOs because {root.cause} pushed delay past the RTO: {LABEL[part]} "
+                   f"{s.inside[part] / s.total_ms:.0%} of the delay of the late packets (mean {s.total_ms:.0f} "
+                   f"ms, {s.inside[part]:.0f} ms of it, {s.outside.get(part, 0.0):.0f} ms outside the drops; "
+                   f"RTO {rto:.0f} ms)")
     sp.numbers = {**sp.numbers, "delay_ms": {k: round(v, 3) for k, v in s.inside.items()},
                   "delay_outside_ms": {k: round(v, 3) for k, v in s.outside.items()},
                   "late_packets": s.packets}
-    # the pair takes the place of whichever of the two ranked higher
-    first = min(found.index(sp), found.index(root) if root in found else len(found))
-    rest = [f for f in found if f is not sp and f is not root]
-    at = sum(1 for f in found[:first] if f is not sp and f is not root)
-    return rest[:at] + [root, sp] + rest[at:]
+    return _pair(found, root, sp, because)
 
 
 def chain(found: list[CauseFinding]) -> dict[str, Any]:

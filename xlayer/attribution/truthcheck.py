@@ -3,7 +3,8 @@
 A truth event is a `primary` cause of truth.json (ns-3 bundles; lab bundles list theirs the same
 way).  It is found when an incident covers at least half of its window and ranks its cause first;
 two primary causes whose windows overlap (one drop, a chain of causes: MAC retries and the spurious
-timeouts they provoke) are one event found when either is first and the other among the causes.
+timeouts they provoke) are one event found when either is first and the other among the causes,
+unless the truth tags them with different injections (`injected`: two causes made at once).
 A bundle whose truth has no cause must give no incident.
 """
 from __future__ import annotations
@@ -26,8 +27,11 @@ def _events(truth: dict[str, Any]) -> list[list[dict]]:
     groups: list[list[dict]] = []
     for c in prim:
         for g in groups:
+            # causes a truth tags with different injections (`injected`) are separate events even when
+            # their windows overlap (a walk-away during a whole-run RTS threshold)
             if any(min(c["end_ts"], o["end_ts"]) - max(c["start_ts"], o["start_ts"])
-                   >= 0.5 * min(c["end_ts"] - c["start_ts"], o["end_ts"] - o["start_ts"]) for o in g):
+                   >= 0.5 * min(c["end_ts"] - c["start_ts"], o["end_ts"] - o["start_ts"])
+                   and c.get("injected") == o.get("injected") for o in g):
                 g.append(c)
                 break
         else:

@@ -88,7 +88,7 @@ if TYPE_CHECKING:
     from xlayer.timeline.open import Timeline
 
 NEEDS: tuple[str, ...] = tuple(dict.fromkeys(
-    ("frame", "ts_ns", "wirelen", "malformed", "fcs_bad", "rt_layout", "rt_flags", "phy_rate_mbps", "phy",
+    ("frame", "ts_ns", "wirelen", "malformed", "fcs_bad", "rt_layout", "rt_len", "rt_flags", "phy_rate_mbps", "phy",
      "nss", "ampdu_ref", "ampdu_flags", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
      "wlan_retry", "wlan_more_frag", "wlan_protected", "wlan_order", "wlan_ra", "wlan_ta", "wlan_sa",
      "wlan_da", "wlan_seq", "wlan_frag", "wlan_tid", "wlan_ba_ssn", "wlan_ba_bitmap", "ip_dscp")

@@ -6,13 +6,15 @@ per-station metrics.  Per frame:
 * MPDU length on the air (802.11 header to FCS): the record's wire length minus the radio header,
   plus the 4-byte FCS when the capture dropped it, minus the radiotap data padding.  The 802.11 frame
   starts at the radiotap header's it_len, which may run past the end of the fields its presence words
-  name (drivers pad the header: AirPcap's 0x0000588e has fields up to byte 20 and it_len 24).  The
-  packet table keeps the presence words, not it_len, so the header length of each (link type, layout)
-  is learnt over the capture from frames whose MPDU length is fixed (ACK and CTS 14 bytes; RTS, PS-Poll
-  and CF-End 20; Null and QoS Null data: their MAC header + FCS), as the median of wire length minus
-  that length; for radiotap it is never less than the end of the fields (which it is where no such
-  frame was captured).  Other radio headers without such frames: learnt from unprotected data frames,
-  whose MPDU length follows from their IP length, else the link type's usual length.
+  name (drivers pad the header: AirPcap's 0x0000588e has fields up to byte 20 and it_len 24), and may
+  differ between records of one layout.  Radiotap records: the header length is the record's own
+  it_len (the packet column ``rt_len``), exactly.  Records without it (other radio headers; packet
+  tables written before ``rt_len`` existed): the header length of each (link type, layout) is learnt
+  over the capture from frames whose MPDU length is fixed (ACK and CTS 14 bytes; RTS, PS-Poll and
+  CF-End 20; Null and QoS Null data: their MAC header + FCS), as the median of wire length minus that
+  length; for radiotap it is never less than the end of the fields (which it is where no such frame
+  was captured).  Other radio headers without such frames: learnt from unprotected data frames, whose
+  MPDU length follows from their IP length, else the link type's usual length.
 * PSDU length: the MPDU, or for an A-MPDU all its subframes seen (4-byte delimiter each, padded to
   4 bytes but the last, as 802.11-2016 9.7.1 and ns-3 do).
 * PPDU duration (IEEE 802.11-2016 TXTIME formulas; ns-3 3.44 computes the same):
@@ -39,8 +41,8 @@ __all__ = ["COLUMNS", "airtime", "airtime_ns", "mpdu_bytes", "ppdu_duration_ns",
 
 # the packet columns `airtime` reads (a caller may read only these of a capture; absent ones take defaults)
 COLUMNS: tuple[str, ...] = (
-    "wirelen", "linktype", "rt_layout", "rt_flags", "phy_rate_mbps", "phy", "nss", "sgi", "he_gi_us", "freq_mhz",
-    "chan_flags", "ampdu_ref", "ampdu_flags", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
+    "wirelen", "linktype", "rt_layout", "rt_len", "rt_flags", "phy_rate_mbps", "phy", "nss", "sgi", "he_gi_us",
+    "freq_mhz", "chan_flags", "ampdu_ref", "ampdu_flags", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
     "wlan_order", "wlan_amsdu", "wlan_seq", "ip_len", "fcs_bad")
 
 _NLTF = np.array([1, 1, 2, 4, 4, 6, 6, 8, 8], dtype=np.float64)   # HT/VHT/HE LTFs for NSS 0..8
@@ -86,8 +88,9 @@ def mpdu_bytes(df: pl.DataFrame) -> pl.Series:
 
 
 def _mpdu_inputs(df: pl.DataFrame) -> pl.LazyFrame:
-    """Return per record: wire length, link type, radiotap layout, FCS flag, header pad, IP-estimated MPDU
-    length and the MPDU length of frames whose length is fixed."""
+    """Return per record: wire length, link type, radiotap layout, radiotap it_len (`rt`, null where
+    unknown), FCS flag, header pad, IP-estimated MPDU length and the MPDU length of frames whose length
+    is fixed."""
     cols = set(df.columns)
 
     def col(name: str, default: object, dtype: pl.DataType) -> pl.Expr:
@@ -111,6 +114,9 @@ def _mpdu_inputs(df: pl.DataFrame) -> pl.LazyFrame:
         pl.col("wirelen").cast(pl.Int64).alias("wirelen"),
         col("linktype", 127, pl.UInt16).fill_null(127).cast(pl.Int64).alias("lt"),
         col("rt_layout", "", pl.String).fill_null("").alias("lay"),
+        # a column filled in as null by a reader of older tables may have dtype Null: cast it
+        pl.when(col("linktype", 127, pl.UInt16).fill_null(127) == 127)
+        .then(col("rt_len", None, pl.UInt16).cast(pl.Int64)).alias("rt"),
         fcs.alias("fcs"),
         # radiotap Flags 0x20: the driver padded the 802.11 header to 4 bytes (not sent on the air)
         pl.when(pad & (pl.col("wlan_type") == 2)).then((4 - hdr % 4) % 4).otherwise(0).alias("pad"),
@@ -141,17 +147,18 @@ def _median(counts: list[pl.DataFrame], name: str) -> pl.DataFrame:
 
 
 def _radio_headers(df: pl.DataFrame) -> pl.DataFrame:
-    """Return the radio header's length per (link type, layout), learnt over all of `df`: radiotap from
-    frames of fixed MPDU length (the median), never less than the end of the fields its presence words
-    name (that end alone where no such frame is seen); other radio headers from frames whose MPDU length
-    is known (median), else the link type's usual one."""
+    """Return the radio header's length per (link type, layout), learnt over the records of `df` without
+    an rt_len: radiotap from frames of fixed MPDU length (the median), never less than the end of the
+    fields its presence words name (that end alone where no such frame is seen); other radio headers
+    from frames whose MPDU length is known (median), else the link type's usual one."""
     # One pass over the whole capture in slices (the medians are learnt over all of it): per slice
     # the (link type, layout) keys and the count of each header length seen; the medians follow from
     # the summed counts, exactly as over all the records at once.
     keys, counts, fixed = [], [], []
     size = df.height
     for lo in range(0, max(size, 1), _PPDU_SLICE):
-        d = _mpdu_inputs(df.slice(lo, _PPDU_SLICE))
+        # records with their own header length neither need a learnt one nor teach one
+        d = _mpdu_inputs(df.slice(lo, _PPDU_SLICE)).filter(pl.col("rt").is_null())
         keys.append(d.select("lt", "lay").unique().collect())
         counts.append(_header_counts(d, "est"))
         fixed.append(_header_counts(d.filter(pl.col("lt") == 127), "fixed"))
@@ -172,10 +179,11 @@ def _radio_headers(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def _mpdu_with(df: pl.DataFrame, hd: pl.DataFrame) -> pl.Series:
-    """Return `mpdu_bytes` of `df`'s records given the radio header lengths `_radio_headers` learnt."""
+    """Return `mpdu_bytes` of `df`'s records: the radio header is the record's rt_len where it has one,
+    else the length `_radio_headers` learnt for its (link type, layout)."""
     d = _mpdu_inputs(df).join(hd.lazy(), on=["lt", "lay"], how="left", maintain_order="left")
     out = d.select(
-        (pl.col("wirelen") - pl.col("h") - pl.col("pad") + pl.when(pl.col("fcs")).then(0).otherwise(4))
+        (pl.col("wirelen") - pl.coalesce("rt", "h") - pl.col("pad") + pl.when(pl.col("fcs")).then(0).otherwise(4))
         .clip(lower_bound=10).alias("mpdu_bytes")).collect()
     return out.get_column("mpdu_bytes")
 

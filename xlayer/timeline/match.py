@@ -45,8 +45,8 @@ IP_KEY = (("ip_version", pl.UInt8), ("ip_src", pl.String), ("ip_dst", pl.String)
           ("sport", pl.UInt16), ("dport", pl.UInt16), ("tcp_seq", pl.UInt32), ("tcp_ack", pl.UInt32),
           ("tcp_flags", pl.UInt16), ("tcp_tsval", pl.UInt32), ("udp_len", pl.UInt16),
           ("icmp_type", pl.UInt8), ("icmp_code", pl.UInt8))
-AIR_COLS = ("linktype", "tsft", "rt_layout", "rt_flags", "phy_rate_mbps", "phy", "nss", "sgi", "he_gi_us", "freq_mhz",
-            "chan_flags", "ampdu_ref", "ampdu_flags", "wlan_type", "wlan_amsdu",
+AIR_COLS = ("linktype", "tsft", "rt_layout", "rt_len", "rt_flags", "phy_rate_mbps", "phy", "nss", "sgi", "he_gi_us",
+            "freq_mhz", "chan_flags", "ampdu_ref", "ampdu_flags", "wlan_type", "wlan_amsdu",
             "wlan_subtype", "wlan_to_ds", "wlan_from_ds", "wlan_retry", "wlan_protected", "wlan_order",
             "wlan_ta", "wlan_ra", "wlan_sa", "wlan_da", "wlan_seq", "wlan_frag", "wlan_tid", "wlan_pn")
 BASE_COLS = ("frame", "ts_ns", "wirelen", "malformed", "fcs_bad", "ip_ttl", "eth_src", "eth_dst")

@@ -115,6 +115,17 @@ def clip01(x: float) -> float:
     return 0.0 if x != x else max(0.0, min(1.0, float(x)))
 
 
+def rose(w: Window, inside: float, outside: float | None, ramp: float) -> float:
+    """Return how far a level rose in a drop window against outside the drops, as a factor in [0, 1]
+    (`ramp`: the rise that counts fully); 1 for conditions and events, or with nothing outside.
+
+    A drop is a fall from the steady state: a condition at the same level outside it was part of that
+    state and does not explain the fall."""
+    if w.kind != "drop" or outside is None:
+        return 1.0
+    return clip01((inside - outside) / ramp)
+
+
 def frames(df: pl.DataFrame, what: str, n: int = 3, file_col: str = "capture_file",
            frame_col: str = "frame") -> list[FrameRef]:
     """Return up to n example frames of a table's rows (first ones in time) as FrameRef."""

@@ -11,6 +11,8 @@ fraction of the transmissions, most of the line's time.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import polars as pl
 
 from xlayer.attribution.causes import delaysplit
@@ -21,6 +23,7 @@ NAME = "mac_retries"
 COLOR = "#d62728"          # its incidents in the report
 MEANING = "the link layer retransmitted frames far more than usual"
 MIN_ATTEMPTS = 20
+MIN_CONF = 0.05            # below this the evidence makes no finding
 
 
 def _rate(df: pl.DataFrame) -> float | None:
@@ -91,7 +94,7 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     f = _score_attempts(ctx, w)
     lc, inside, outside = _line_conf(ctx, w)
     lc *= _weak_link_factor(ctx, w)
-    if lc >= 0.05 and (f is None or lc > f.confidence):
+    if lc >= MIN_CONF and (f is None or lc > f.confidence):
         d = ctx.between("delay", w.start_ns - LEAD_NS, w.end_ns).filter(pl.col("retry_ns") > 0)
         top = (d.group_by("station").agg(pl.col("retry_ns").sum()).sort("retry_ns", descending=True)
                ["station"].drop_nulls().to_list()[:3])
@@ -106,6 +109,15 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
                             frames=frames(att.filter(pl.col("retry") & pl.col("station").is_in(top)), "MAC retry")
                             if att.height else [])
     return f
+
+
+def without(ctx: Context, w: Window, station: str) -> float:
+    """Return the confidence of the window's retries evidence from its stations other than `station`."""
+    att = ctx.between("attempts", w.start_ns - LEAD_NS, w.end_ns)
+    stations = w.stations or att["station"].drop_nulls().unique().to_list()
+    rest = [s for s in stations if s != station]
+    f = _score_attempts(ctx, replace(w, stations=rest)) if rest else None
+    return f.confidence if f is not None else 0.0
 
 
 def _conf(rf: float, rf_out: float | None, kind: str) -> float:
@@ -159,7 +171,7 @@ def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
         r_out = float(theirs["retry"].mean()) if theirs.height >= MIN_ATTEMPTS else None
         c = _conf(float(mine["retry"].mean()), r_out, w.kind) * _weak_link_factor(ctx, w, mine, theirs, [st])
         conf = max(conf, c)
-    if conf < 0.05:
+    if conf < MIN_CONF:
         return None
     failed = att.filter(~pl.col("acked").fill_null(True) & pl.col("retry"))
     text = (f"{int(att['retry'].sum()):,} of {att.height:,} transmissions were MAC retries "

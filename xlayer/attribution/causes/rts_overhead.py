@@ -12,7 +12,7 @@ from weakref import WeakKeyDictionary
 
 import polars as pl
 
-from xlayer.attribution.causes.base import Context, Window, clip01, frames
+from xlayer.attribution.causes.base import Context, Window, clip01, frames, rose
 from xlayer.attribution.incidents import CauseFinding
 from xlayer.metrics.stations import cts_answers_rts
 
@@ -73,12 +73,26 @@ def _ratio(ctx: Context, start: int, end: int, stations: list[str]) -> tuple[flo
     return (rts.height / n if n else 0.0), rts, att, _control(ctx, 12, start, end)
 
 
+def _ratio_outside(ctx: Context, stations: list[str]) -> float | None:
+    """Return RTS per data transmission of the stations outside the drop windows (None: too few)."""
+    att = ctx.outside("attempts")
+    rts = ctx.outside("air_frames").filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 11))
+    if stations:
+        att = att.filter(pl.col("station").is_in(stations))
+        rts = rts.filter(pl.col("wlan_ta").is_in(stations) | pl.col("wlan_ra").is_in(stations))
+    n = ppdus(att)
+    return rts.height / n if n >= MIN_DATA else None
+
+
 def score(ctx: Context, w: Window) -> CauseFinding | None:
     """Return the evidence of RTS/CTS overhead in the window."""
     ratio, rts, att, cts = _ratio(ctx, w.start_ns, w.end_ns, w.stations)
     if ppdus(att) < MIN_DATA or rts.height == 0:
         return None
-    conf = clip01((ratio - 0.2) / 0.5) * 0.8
+    out = _ratio_outside(ctx, w.stations)
+    # RTS past one per data transmission are RTS sent again (no CTS came back): retries of a weak
+    # link, not more protection; the protected share is at most all of them
+    conf = clip01((ratio - 0.2) / 0.5) * 0.8 * rose(w, min(ratio, 1.0), None if out is None else min(out, 1.0), 0.5)
     if conf < 0.05:
         return None
     ctl_air = float(rts["airtime_ns"].fill_null(0).sum() + (cts["airtime_ns"].fill_null(0).sum() if cts.height else 0))

@@ -306,24 +306,29 @@ class _Hooks:
     # --- causes ---
 
     def causes(self, ctx) -> list[dict]:
+        """Return the truth causes, each tagged `injected` with what was injected to make it (the event,
+        "fragmentation", "rts_cts"): causes of one injection form a chain, of two are two events."""
         out: list[dict] = []
         if self.ev:
-            out += getattr(self, f"_c_{self.ev}")(ctx)
+            out += [{**c, "injected": self.ev} for c in getattr(self, f"_c_{self.ev}")(ctx)]
         if "frag_threshold" in self.p:
-            out.append(_cause(ctx, "fragmentation", TRAFFIC_START_S, None,
-                              evidence=f"every data MSDU is sent as fragments of at most "
-                                       f"{self.p['frag_threshold']} bytes, each with its own header, ACK "
-                                       "and backoff",
-                              numbers={"fragmentation_threshold": self.p["frag_threshold"]}))
+            out.append({**_cause(ctx, "fragmentation", TRAFFIC_START_S, None,
+                                 evidence=f"every data MSDU is sent as fragments of at most "
+                                          f"{self.p['frag_threshold']} bytes, each with its own header, ACK "
+                                          "and backoff",
+                                 numbers={"fragmentation_threshold": self.p["frag_threshold"]}),
+                        "injected": "fragmentation"})
         if "rts_threshold" in self.p:
-            out.append(_cause(ctx, "rts_overhead", TRAFFIC_START_S, None,
-                              evidence="an RTS/CTS exchange precedes every data frame longer than "
-                                       f"{self.p['rts_threshold']} bytes",
-                              numbers={"rts_cts_threshold": self.p["rts_threshold"]}))
+            out.append({**_cause(ctx, "rts_overhead", TRAFFIC_START_S, None,
+                                 evidence="an RTS/CTS exchange precedes every data frame longer than "
+                                          f"{self.p['rts_threshold']} bytes",
+                                 numbers={"rts_cts_threshold": self.p["rts_threshold"]}),
+                        "injected": "rts_cts"})
         if not self.ev and ("frag_threshold" in self.p or "rts_threshold" in self.p):
             # the longer exchanges delay packets in the shared AP queue: name any timeouts
-            out += self._spurious_after(ctx, TRAFFIC_START_S, "packets wait in the AP queue behind the "
-                                                              "longer exchanges past the RTO")
+            tag = "fragmentation" if "frag_threshold" in self.p else "rts_cts"
+            out += [{**c, "injected": tag} for c in self._spurious_after(
+                ctx, TRAFFIC_START_S, "packets wait in the AP queue behind the longer exchanges past the RTO")]
         return out + self._late_drops(ctx, out)
 
     @staticmethod
