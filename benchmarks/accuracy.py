@@ -231,8 +231,18 @@ def report(rows: list[dict[str, Any]]) -> None:
     clean = [r for r in ok if not r["causes"]]
     print(f"\ninjected events whose primary cause ranked first: {right}/{total}"
           + (f" ({right / total:.0%})" if total else ""))
+    # a run whose own truth says the injected effect did not show (truth `expect`) has no drop of
+    # that cause to find: counted above all the same, and apart here
+    shown = [r for r in ok if r["expect"]]
+    r_s, t_s = sum(r["right"] for r in shown), sum(r["total"] for r in shown)
+    print(f"  of them in runs whose intended effect showed (truth expect): {r_s}/{t_s}"
+          + (f" ({r_s / t_s:.0%})" if t_s else ""))
     print(f"runs without an injected cause: {len(clean)}, with an incident: "
           f"{sum(r['spurious'] > 0 for r in clean)}, incidents on them: {sum(r['spurious'] for r in clean)}")
+    # a run without a cause whose truth says it was not steady after all (RTOs or queue drops happened)
+    steady = [r for r in clean if r["expect"]]
+    print(f"  of them steady by their own truth (no RTO, no queue drop): {len(steady)}, with an incident: "
+          f"{sum(r['spurious'] > 0 for r in steady)}")
     ious = [x for r in ok for x in r["ious"]]
     print(f"median window IoU (truth primary cause vs best incident): "
           f"{statistics.median(ious):.2f} over {len(ious)}" if ious else "median window IoU: no truth cause")

@@ -343,3 +343,29 @@ def test_truth_causes_of_two_injections_are_two_events():
     assert len(_events({"causes": both})) == 2
     # truths without tags (lab bundles) keep grouping by overlap
     assert len(_events({"causes": [c("rts_overhead", 1.0, 8.0), c("rate_change", 3.0, 6.0)]})) == 1
+
+
+@pytest.mark.parametrize("burst", [True, False])
+def test_a_burst_shorter_than_the_drop_is_seen_against_the_worst_steady_step(burst):
+    from xlayer.attribution.causes import mac_retries
+
+    # A sends 250 frames per half second from 4 s to 16 s at 4 % retries; with `burst`, 40 % for one
+    # half second inside a 4 s drop window (a hidden node's burst), else the same noise throughout
+    rng = np.random.default_rng(5)
+    w = Window(10_000 * MS, 14_000 * MS, ["f"], ["A"])
+    rows = []
+    for k in range(6_000):
+        t = 4_000 * MS + k * 2 * MS
+        p = 0.4 if burst and 11_000 * MS <= t < 11_500 * MS else 0.04
+        rows.append({"ts_ns": t, "station": "A", "retry": bool(rng.random() < p), "rate_mbps": 54.0,
+                     "acked": True, "frag": 0, "ta": "ap", "mac_seq": k % 4096})
+    ctx = _Ctx(_line(_steady(8_000, 12_000)), quiet=[(w.start_ns, w.end_ns)])
+    ctx.tables["attempts"] = pl.DataFrame(rows)
+    whole = mac_retries._conf(float(ctx.between("attempts", w.start_ns - 500 * MS, w.end_ns)["retry"].mean()),
+                              0.04, "drop")
+    f = mac_retries._score_attempts(ctx, w)
+    if burst:
+        # the window's mean rises little (its confidence stays low); the burst step carries the finding
+        assert whole < 0.5 and f is not None and f.confidence > 0.6 and "at its worst" in f.summary
+    else:
+        assert f is None or f.confidence < 0.2

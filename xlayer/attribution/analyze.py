@@ -39,7 +39,7 @@ from xlayer.attribution.drops import (
     merge_windows,
     warmups,
 )
-from xlayer.attribution.incidents import Analysis, Incident
+from xlayer.attribution.incidents import Analysis, CauseFinding, Incident
 from xlayer.metrics import open_timeline
 from xlayer.text import iso_ns
 from xlayer.timeline import Timeline
@@ -120,6 +120,53 @@ def _merge(windows: list[Window], gap_ns: int = 0) -> list[Window]:
     return ws
 
 
+def _score(ctx: Context, mods: list, w: Window) -> list[CauseFinding]:
+    """Return the causes found in a window, ranked root first."""
+    found = []
+    for m in mods:
+        f = m.score(ctx, w)
+        if f is None:
+            continue
+        if w.drop and f.flows:
+            # evidence about flows that did not drop explains less of the window
+            touched = len(set(f.flows) & set(w.drop)) / len(w.drop)
+            f.confidence *= 0.5 + 0.5 * touched
+        if f.confidence >= MIN_CONFIDENCE:
+            found.append(f)
+    # An event window is the event's consequence: the cause that saw the event ranks first
+    # (a station that lost its association also shows falling rates and retries after it).  A
+    # condition's window is the span it held: its cause ranks first there, and what else changed
+    # inside the span has drop windows of its own.
+    found.sort(key=lambda f: (not (w.kind != "drop" and f.cause == w.proposer), -f.confidence))
+    return explain(ctx, w, found)
+
+
+def _root(found: list[CauseFinding]) -> str | None:
+    return next((f.cause for f in found if f.explained_by is None), None)
+
+
+def _join_same_root(scored: list[tuple[Window, list[CauseFinding]]], score: Callable[[Window], list[CauseFinding]],
+                    gap_ns: int) -> list[tuple[Window, list[CauseFinding]]]:
+    """Return the scored windows with those that overlap (or nearly: `gap_ns`) and have the same root
+    cause joined into one and scored again: one cause's story told once, not cut where a drop and a
+    condition's span met (events stay apart)."""
+    out = sorted(scored, key=lambda x: x[0].start_ns)
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(out) - 1):
+            (a, fa), (b, fb) = out[i], out[i + 1]
+            if "event" in (a.kind, b.kind) or b.start_ns > a.end_ns + gap_ns:
+                continue
+            if _root(fa) is None or _root(fa) != _root(fb):
+                continue
+            u = _union(a, b)
+            out[i:i + 2] = [(u, score(u))]
+            changed = True
+            break
+    return out
+
+
 def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
             progress: Callable[[str], None] | None = None) -> Analysis:
     """Return the incidents of a bundle (or its timeline), each with its ranked causes and evidence."""
@@ -153,27 +200,12 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
     events = [w for w in proposed if w.kind == "event"]
     sustained = [w for w in proposed if w.kind != "event"]
     windows = _merge(_cut(windows, _merge(events)) + sustained, int(cfg.merge_gap_s * NS))
+    say(f"scoring {len(mods)} causes")
+    scored = _join_same_root([(w, _score(ctx, mods, w)) for w in windows], lambda w: _score(ctx, mods, w),
+                             int(cfg.merge_gap_s * NS))
     incidents = []
     shared: list[str] = []
-    for w in windows:
-        say(f"scoring {len(mods)} causes")
-        found = []
-        for m in mods:
-            f = m.score(ctx, w)
-            if f is None:
-                continue
-            if w.drop and f.flows:
-                # evidence about flows that did not drop explains less of the window
-                touched = len(set(f.flows) & set(w.drop)) / len(w.drop)
-                f.confidence *= 0.5 + 0.5 * touched
-            if f.confidence >= MIN_CONFIDENCE:
-                found.append(f)
-        # An event window is the event's consequence: the cause that saw the event ranks first
-        # (a station that lost its association also shows falling rates and retries after it).  A
-        # condition's window is the span it held: its cause ranks first there, and what else changed
-        # inside the span has drop windows of its own.
-        found.sort(key=lambda f: (not (w.kind != "drop" and f.cause == w.proposer), -f.confidence))
-        found = explain(ctx, w, found)
+    for w, found in scored:
         if not found and w.kind == "drop":
             kept = aggregate_kept(g, w.start_ns, w.end_ns, cfg)
             if kept is not None and kept >= SHARED_KEPT:

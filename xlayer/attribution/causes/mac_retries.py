@@ -6,7 +6,8 @@ example retried frames.  Retries are often a symptom: when the stations' PHY rat
 time (rate adaptation reacting to a weaker link) the rate change is the better explanation and this
 cause's confidence is halved.  A second measure sees retries that are few but long: the share of the
 AP's transmit line spent retransmitting (`delay` table: retry time over service time) against outside
-the drops.  A deaf receiver behind a persistent MAC is one MPDU retried for a second: a small retry
+the drops.  A burst shorter than the drop (a hidden node) is seen in a station's worst
+half-second step against its worst step outside the drops (or the window's median step).  A deaf receiver behind a persistent MAC is one MPDU retried for a second: a small retry
 fraction of the transmissions, most of the line's time.
 """
 from __future__ import annotations
@@ -146,6 +147,31 @@ def _weak_link_factor(ctx: Context, w: Window, att: pl.DataFrame | None = None, 
     return 0.5 if weak else 1.0
 
 
+STEP_MIN_ATTEMPTS = 5 * MIN_ATTEMPTS      # a step's retry fraction counts from this many transmissions
+
+
+def _steps(att: pl.DataFrame) -> pl.Series:
+    """Return the retry fractions of `att` over LEAD_NS steps of STEP_MIN_ATTEMPTS transmissions or more."""
+    if att.height < STEP_MIN_ATTEMPTS:
+        return pl.Series("rf", [], pl.Float64)
+    return (att.group_by((pl.col("ts_ns") // LEAD_NS).alias("step"))
+            .agg(pl.len().alias("n"), pl.col("retry").mean().alias("rf"))
+            .filter(pl.col("n") >= STEP_MIN_ATTEMPTS)["rf"])
+
+
+def _burst(mine: pl.DataFrame, theirs: pl.DataFrame) -> tuple[float, float] | None:
+    """Return (worst step in the window, its baseline): the worst step outside the drops, or where
+    too little is outside, the window's own median step over three or more (None: no steps)."""
+    inside, outside = _steps(mine), _steps(theirs)
+    if inside.len() == 0:
+        return None
+    if outside.len():
+        return float(inside.max()), float(outside.max())
+    if inside.len() >= 3:
+        return float(inside.max()), float(inside.median())
+    return None
+
+
 def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
     """Return the evidence of elevated MAC retries in the window from the transmissions' retry bits."""
     s, e = w.start_ns - LEAD_NS, w.end_ns
@@ -158,24 +184,38 @@ def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
            .with_columns((pl.col("retries") / pl.col("attempts")).alias("rf")).sort("rf", descending=True))
     worst = per.row(0, named=True)
     rf = float(att["retry"].mean())
-    out = ctx.outside("attempts")
+    # outside the drops and outside what this window reads (its lead-in included)
+    out = ctx.outside("attempts").filter((pl.col("ts_ns") < s) | (pl.col("ts_ns") >= e))
     out = out.filter(pl.col("station").is_in(per["station"].to_list()))
     rf_out = float(out["retry"].mean()) if out.height >= MIN_ATTEMPTS else None
     conf = _conf(rf, rf_out, w.kind) * _weak_link_factor(ctx, w, att, out, per["station"].to_list())
     # One station's link can be what changed while the others' stay clean (a hidden node beside it):
     # its own retries against its own outside count too, the stronger of the two.
+    # A burst (a hidden node's transmissions) can be much shorter than the drop it starts: the
+    # station's worst LEAD_NS step in the window also counts, against its worst step outside the
+    # drops (the same extreme of the same noise: a burst is worse than any steady step), or with
+    # nothing outside, against the window's median step.
+    bursts = {}
     for st, n in per.select("station", "attempts").iter_rows():
         if n < MIN_ATTEMPTS or st is None:
             continue
         mine, theirs = att.filter(pl.col("station") == st), out.filter(pl.col("station") == st)
         r_out = float(theirs["retry"].mean()) if theirs.height >= MIN_ATTEMPTS else None
-        c = _conf(float(mine["retry"].mean()), r_out, w.kind) * _weak_link_factor(ctx, w, mine, theirs, [st])
+        weak = _weak_link_factor(ctx, w, mine, theirs, [st])
+        c = _conf(float(mine["retry"].mean()), r_out, w.kind) * weak
+        b = _burst(mine, theirs)
+        if b is not None:
+            bursts[st] = b[0]
+            c = max(c, _conf(b[0], b[1], "drop") * weak)     # a burst is one against its baseline, in any window
         conf = max(conf, c)
     if conf < MIN_CONF:
         return None
     failed = att.filter(~pl.col("acked").fill_null(True) & pl.col("retry"))
+    top = max(bursts, key=bursts.get) if bursts else None
+    burst = (f", {top} {bursts[top]:.0%} at its worst {LEAD_NS / 1e9:g} s"
+             if top is not None and bursts[top] > float(worst["rf"]) + 0.05 else "")
     text = (f"{int(att['retry'].sum()):,} of {att.height:,} transmissions were MAC retries "
-            f"({rf:.0%}; {worst['station']} {worst['rf']:.0%})"
+            f"({rf:.0%}; {worst['station']} {worst['rf']:.0%}{burst})"
             + (f", against {rf_out:.0%} outside the drops" if rf_out is not None else ""))
     return CauseFinding(NAME, conf, text,
                         {"attempts": att.height, "retries": int(att["retry"].sum()), "retry_fraction": rf,
