@@ -1,6 +1,7 @@
 """Capture files to packet tables: streaming chunks, counts of everything read, decoder choice."""
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import time
@@ -124,8 +125,11 @@ def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int, proj: Pr
     numpy, Arrow and polars release the GIL for part of a chunk's work, so a second core helps
     somewhat; at most threads + 1 chunks are in flight, which keeps memory bounded.
     """
-    if threads <= 1:
-        for chunk in chunks:
+    it = iter(chunks)
+    head = [c for c in (next(it, None), next(it, None)) if c is not None]
+    if threads <= 1 or len(head) < 2:
+        # one chunk (most small captures): threads would cost more to start than they could save
+        for chunk in itertools.chain(head, it):
             yield _decode(chunk, decoder, proj)
         return
     from collections import deque
@@ -133,7 +137,7 @@ def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int, proj: Pr
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
         pending: deque = deque()
-        for chunk in chunks:
+        for chunk in itertools.chain(head, it):
             pending.append(pool.submit(_decode, chunk, decoder, proj))
             if len(pending) > threads:
                 yield pending.popleft().result()
