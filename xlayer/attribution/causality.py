@@ -48,6 +48,7 @@ from xlayer.attribution.incidents import CauseFinding
 ROOT_MIN_RTO_SHARE = 0.5        # the late packets' delay reached this share of the RTO
 SLOWER_SERVICE = 1.2            # the line's time per packet grew by this factor: the air changed
 ROOT_MIN_SHARE = 0.3            # the part made at least this share of the late packets' delay increase
+FLOOD_RATIO = 1.1               # offered over what the station took in: an unresponsive stream fills the queue
 LABEL = {"retry": "MAC retry time", "fragments": "fragment time", "hog": "time the AP served one station",
          "load": "AP queue sojourn", "wired": "wired path delay"}
 
@@ -158,9 +159,6 @@ def _after_weak_link(ctx: Context, w: Window, found: list[CauseFinding]) -> list
         return found            # the other stations' retries are a finding of their own
     return _pair(found, pa, mr, f"mac_retries because {slow} is on a weak link: without its frames the window's "
                                 f"retries are not above usual; {pa.summary}")
-
-
-FLOOD_RATIO = 1.1      # offered over what the station took in: an unresponsive stream fills the queue
 
 
 def _pair(found: list[CauseFinding], root: CauseFinding, cons: CauseFinding, because: str) -> list[CauseFinding]:

@@ -6,9 +6,10 @@ example retried frames.  Retries are often a symptom: when the stations' PHY rat
 time (rate adaptation reacting to a weaker link) the rate change is the better explanation and this
 cause's confidence is halved.  A second measure sees retries that are few but long: the share of the
 AP's transmit line spent retransmitting (`delay` table: retry time over service time) against outside
-the drops.  A burst shorter than the drop (a hidden node) is seen in a station's worst
-half-second step against its worst step outside the drops (or the window's median step).  A deaf receiver behind a persistent MAC is one MPDU retried for a second: a small retry
-fraction of the transmissions, most of the line's time.
+the drops.  A deaf receiver behind a persistent MAC is one MPDU retried for a second: a small retry
+fraction of the transmissions, most of the line's time.  A burst shorter than the drop (a hidden
+node) is seen in a station's worst half-second step against its worst step outside the drops (or,
+with too little outside, the window's median step).
 """
 from __future__ import annotations
 
