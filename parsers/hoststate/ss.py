@@ -154,7 +154,7 @@ def split_endpoint(text: str) -> tuple[str, int | None, str | None] | None:
         host, _, dev = host.partition("%")
     if port_s == "*":
         port = None
-    elif port_s.isdigit() and len(port_s) <= 5 and int(port_s) <= 65535:
+    elif port_s.isascii() and port_s.isdigit() and len(port_s) <= 5 and int(port_s) <= 65535:
         port = int(port_s)
     else:
         try:
@@ -328,7 +328,7 @@ def _info_tokens(row: _Row, toks: list[str]) -> None:
 def _socket_line(toks: list[str], line_no: int, base: dict) -> _Row | None:
     i = 0
     netid = None
-    if len(toks) > 1 and toks[0] in _NETIDS and (toks[1] in _STATES or toks[1].isdigit()):
+    if len(toks) > 1 and toks[0] in _NETIDS and (toks[1] in _STATES or (toks[1].isascii() and toks[1].isdigit())):
         netid = toks[0]
         i = 1
     state = None

@@ -295,3 +295,15 @@ def test_unreadable_host_state_file_warns(bundle_env: tuple[Path, dict[str, str]
         assert "server-ss.txt" in man["read_errors"] and man["tables"]["host_state"]["rows"] == 0
         if how == "garbage":
             assert man["read_errors"]["server-ss.txt"].startswith("nothing readable: ")
+
+
+def test_ss_digits_that_int_cannot_read_are_unreadable_not_a_crash() -> None:
+    # str.isdigit() holds for superscripts and other Unicode digits that int() refuses (fuzz input)
+    st = ReadStats()
+    text = ("State Recv-Q Send-Q Local Address:Port Peer Address:Port\n"
+            "ESTAB 0 0 10.0.0.1:\u00b2 10.0.0.2:5201\n"
+            "ESTAB 0 0 10.0.0.1:5201 10.0.0.2:\u00b9\u00b2\n"
+            "ESTAB 0 0 10.0.0.1:5201 10.0.0.2:40000\n")
+    df = read_ss(text, "server", ts_ns=1_700_000_000_000_000_000, stats=st)
+    assert df["dport"].to_list() == [40000]                 # the good line read
+    assert st.malformed_lines == 2 and st.lines == 4         # the two others counted, not lost

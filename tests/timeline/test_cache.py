@@ -163,3 +163,11 @@ def test_key_follows_code_and_options(env):
     assert k != cache.entry_key(_key_parts(bundle, "fast", cols, None, 50_000_000, MODULES))
     assert k != cache.entry_key(_key_parts(bundle, "fast", cols, "client", 100_000_000, MODULES))
     assert len(k) == 32
+
+
+def test_stale_build_names_with_unicode_digits_are_left_alone(tmp_path):
+    root = tmp_path / "c"
+    root.mkdir()
+    odd = root / ".build-abc-\u00b2\u00b3-x1"          # isdigit() holds, int() fails
+    odd.mkdir()
+    assert cache.clean_stale(root) == 0 and odd.exists()

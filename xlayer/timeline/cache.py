@@ -153,7 +153,7 @@ def clean_stale(root: Path | None = None) -> int:
     n = 0
     for p in root.glob(f"{_BUILD}*") if root.is_dir() else ():
         parts = p.name[len(_BUILD):].split("-")
-        if len(parts) >= 2 and parts[1].isdigit() and not process_alive(int(parts[1])):
+        if len(parts) >= 2 and parts[1].isascii() and parts[1].isdigit() and not process_alive(int(parts[1])):
             shutil.rmtree(p, ignore_errors=True)
             n += 1
     return n

@@ -361,7 +361,7 @@ def new_spill_dir() -> str:
 def _spill_owner(name: str) -> tuple[int, int] | None:
     """Return (pid, start ticks) from a spill directory's name, or None if it is not one of ours."""
     parts = name[len(SPILL_PREFIX):].split("-") if name.startswith(SPILL_PREFIX) else []
-    if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()):
+    if len(parts) != 3 or not (parts[0].isascii() and parts[1].isascii() and parts[0].isdigit() and parts[1].isdigit()):
         return None
     return int(parts[0]), int(parts[1])
 
