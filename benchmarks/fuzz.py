@@ -24,6 +24,7 @@ Failures are saved under fuzz-failures/ (replay with --replay). Needs hypothesis
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import multiprocessing as mp
 import os
@@ -321,14 +322,16 @@ def _mutate_json(data: bytes, rng: random.Random) -> bytes:
             continue
         parent, k = path[-1]
         op = rng.randrange(4)
+        # every value placed is a copy: a shared list or dict placed twice could later be put inside
+        # itself (a document json cannot write)
         if op == 0:
-            parent[k] = rng.choice(junk)
+            parent[k] = copy.deepcopy(rng.choice(junk))
         elif op == 1:
             del parent[k]
         elif op == 2 and isinstance(parent, list):
-            parent.extend([parent[k]] * rng.choice([1, 2, 50]))
+            parent.extend(copy.deepcopy(parent[k]) for _ in range(rng.choice([1, 2, 50])))
         else:
-            parent[k] = rng.choice([parent[k], rng.choice(junk)]) if isinstance(parent, list) else \
+            parent[k] = copy.deepcopy(rng.choice([parent[k], rng.choice(junk)])) if isinstance(parent, list) else \
                 rng.choice(HOSTILE_FILES)
     return json.dumps(obj, allow_nan=True, ensure_ascii=rng.random() < 0.5).encode("utf-8", "surrogatepass")
 
