@@ -256,3 +256,18 @@ def test_air_only_capture_says_why_no_flow(tmp_path: Path) -> None:
     text = summary_text(an)
     assert "flows (0):" in text and f"note: {why[0]}" in text
     assert an.as_json()["notes"] == an.notes
+
+
+def test_captures_not_aligned_well_are_said_in_the_summary() -> None:
+    """Issue 13 (3): a capture whose clock fit is poor or impossible is named where the reader starts."""
+    from xlayer.attribution.incidents import Analysis
+
+    caps = [{"file": "server.pcap", "status": "aligned", "uncertainty_us": 0.0},
+            {"file": "sniffer.pcap", "status": "aligned", "uncertainty_us": 12.0},
+            {"file": "client.pcap", "status": "poor: offset uncertain by 840 us", "uncertainty_us": 840.4},
+            {"file": "x\u001b[31m.pcap", "status": "cannot align: no packet seen at both", "uncertainty_us": None}]
+    text = summary_text(Analysis([], [], {"reference": "server", "captures": caps}))
+    said = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("clock of ")]
+    assert said[0] == "clock of client.pcap: poor: offset uncertain by 840 us (uncertainty 840 us)"
+    assert said[1].endswith(": cannot align: no packet seen at both") and "\u001b" not in said[1]
+    assert len(said) == 2            # the aligned ones are not listed

@@ -313,3 +313,28 @@ def test_shipped_hostile_ssid_sample(browser, tmp_path):
         browser.set_window_size(1400, browser.execute_script("return document.documentElement.scrollHeight") + 50)
         time.sleep(0.5)
         browser.save_screenshot(os.environ["XLAYER_REPORT_SCREENSHOT"].replace(".png", "-baseline.png"))
+
+
+def test_alignment_table_says_each_captures_status_and_uncertainty(tmp_path):
+    """Issue 13 (3): the report flags captures not aligned well, with the status and uncertainty of each."""
+    from dataclasses import replace
+
+    from xlayer.attribution.incidents import Analysis
+    from xlayer.metrics import open_timeline
+    from xlayer.report.page import build_report
+
+    lab = REPO / "samples" / "lab-delay_spike"
+    if not (lab / "bundle.json").exists():
+        pytest.skip("samples/lab-delay_spike not present")
+    tl = open_timeline(lab)
+    html = (build_report(tl, Analysis([], [], {}), tmp_path / "a.html"), (tmp_path / "a.html").read_text())[1]
+    assert ">status<" in html and ">uncertainty (µs)<" in html
+    for c in tl.alignment.captures:
+        assert html_mod.escape(c.status) in html
+    assert ("Not aligned well" in html) == any(c.status != "aligned" for c in tl.alignment.captures)
+    # one capture made poor: it is named above the table
+    c0 = tl.alignment.captures[-1]
+    tl.alignment.captures[-1] = replace(c0, status="poor: <b>crafted</b> reason", uncertainty_us=1234.5)
+    build_report(tl, Analysis([], [], {}), tmp_path / "b.html")
+    html = (tmp_path / "b.html").read_text()
+    assert "Not aligned well" in html and "poor: &lt;b&gt;crafted&lt;/b&gt; reason" in html and "1,234.5" in html

@@ -20,6 +20,13 @@ def summary_text(an: Any) -> str:
     if tags:
         lines.append(f"bundle: {tags}")
     lines.append(f"reference clock: {t(an.alignment.get('reference'))}")
+    # a capture whose clock could not be trusted is said where the reader starts: its times may be off
+    for c in an.alignment.get("captures") or []:
+        status = c.get("status") or "aligned"
+        if status != "aligned":
+            unc = c.get("uncertainty_us")
+            lines.append(f"  clock of {t(c.get('file'))}: {t(status)}"
+                         + (f" (uncertainty {unc:,.0f} us)" if isinstance(unc, (int, float)) else ""))
     lines.append(f"flows ({len(an.flows)}):")
     for f in an.flows:
         st = f" to/from {t(f['station'])}" if f.get("station") else ""

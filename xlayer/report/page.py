@@ -753,11 +753,16 @@ def _alignment_html(tl: Any) -> str:
                      "-" if c.skew_ppm is None else f"{c.skew_ppm:+.3f}",
                      f"{c.matched:,}",
                      "-" if c.residual_us is None else f"{c.residual_us:.1f}",
-                     esc(c.method), "<br>".join(esc(n) for n in c.notes)])
+                     "-" if c.uncertainty_us is None else f"{c.uncertainty_us:,.1f}",
+                     esc(c.status), esc(c.method), "<br>".join(esc(n) for n in c.notes)])
+    doubt = [c for c in al.captures if c.status != "aligned"]
     head = (f"<p>Reference: <b>{esc(al.reference)}</b> (clock {esc(al.reference_clock)}); every time on this "
             "page is on that clock.</p>")
+    if doubt:
+        head += ("<p><b>Not aligned well:</b> " + "; ".join(f"{esc(c.file)}: {esc(c.status)}" for c in doubt)
+                 + ". Times of these captures may be off by the uncertainty shown.</p>")
     return head + _table(["file", "vantage", "clock", "offset (s)", "skew (ppm)", "matched", "residual (µs)",
-                          "method", "notes"], rows)
+                          "uncertainty (µs)", "status", "method", "notes"], rows)
 
 
 def _header_html(tl: Any, analysis: Analysis, nets: list[dict[str, Any]], t0: int | None, t1: int | None,
