@@ -7,12 +7,14 @@ cubic TCP download with a 128 KB receive buffer.  Each scenario changes one thin
 * baseline -- a 256 KB queue (~200 ms at 10 Mbit/s) that the clamped window cannot fill: no drops.
 * queue_overflow -- a 10-packet queue (15 kB) the same download overflows: tail drops, fast
   retransmits.
-* delay_spike -- a 4 MB queue, the download paced at 6 Mbit/s, and for 1.2 s the bottleneck nearly
-  stalls (48 kbit/s: one full packet per 250 ms): the head of the queue waits longer than the RTO
-  (>= 200 ms + RTT) without any loss, so the sender times out spuriously (TCPLossUndo /
-  TCPSpuriousRTOs rise, tc drops stay 0).  A gentler drop (200 kbit/s) does not do it reliably:
-  ACKs keep trickling in, each RTT sample grows a little, and the RTO estimate grows with them.
-  What fires the RTO is a sudden gap in ACKs longer than the RTO, as MAC retransmissions make.
+* delay_spike -- a 4 MB queue, the download paced at 6 Mbit/s, and for 1.2 s the bottleneck
+  stalls (8 kbit/s: a full packet takes 1.5 s, so only the bucket's two packets pass): the head of
+  the queue waits longer than the RTO (>= 200 ms + RTT) without any loss, so the sender times out
+  spuriously (TCPLossUndo / TCPSpuriousRTOs rise, tc drops stay 0).  What fires the RTO is a
+  sudden gap in ACKs longer than the RTO, as MAC retransmissions make.  A gentler drop does not do
+  it reliably: at 200 kbit/s ACKs keep trickling in and each RTT sample grows the RTO with them,
+  and at 48 kbit/s (one packet per 252 ms) the first gap beats an RTO of 200 ms + RTT only while
+  the RTT stays under ~50 ms, which a busy machine's scheduling breaks.
 * udp_flood -- the baseline plus an unresponsive 15 Mbit/s UDP stream through the same queue (study
   001's "good TCP + bad UDP" case): the queue stays full, TCP gets well under half its baseline.
 """
@@ -100,9 +102,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "no timeouts", limit_bytes=256_000, flows=[tcp_flow()], check=_check_baseline),
     Scenario("queue_overflow", "the same download into a 10-packet AP queue: tail drops and fast "
              "retransmits", limit_bytes=15_000, flows=[tcp_flow()], check=_check_overflow),
-    Scenario("delay_spike", "6 Mbit/s download; the link nearly stalls for 1.2 s over a deep queue: "
+    Scenario("delay_spike", "6 Mbit/s download; the link stalls for 1.2 s over a deep queue: "
              "spurious RTOs, no loss", limit_bytes=4_000_000, flows=[tcp_flow(6_000_000)],
-             spikes=[Spike(at_s=1.5, for_s=1.2, rate_bps=48_000)], check=_check_spike,
+             spikes=[Spike(at_s=1.5, for_s=1.2, rate_bps=8_000)], check=_check_spike,
              min_seconds=4.0),
     Scenario("udp_flood", "the baseline download beside an unresponsive 15 Mbit/s UDP stream in the "
              "same queue: TCP starves", limit_bytes=256_000,
