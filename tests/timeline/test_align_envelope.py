@@ -258,3 +258,12 @@ def test_capture_that_cannot_be_aligned(tmp_path: Path) -> None:
     j = {x["file"]: x for x in json.loads(out.read_text())["captures"]}
     assert j["elsewhere.pcap"]["status"].startswith("cannot align: ") and j["elsewhere.pcap"]["offset_s"] is None
     assert "cannot align" in al.table()
+
+
+def test_identical_directions_fit() -> None:
+    """Two captures that are copies of one file: both directions' envelopes are the same line, and the
+    fit is the zero offset (choosing the envelopes used once compared their arrays: a ValueError)."""
+    x = np.arange(0, 2e9, 1e6)
+    y = np.zeros_like(x)
+    fit = fitm.two_way(x, y, x.copy(), y.copy())
+    assert fit.a == 0.0 and fit.s == 0.0 and fit.n_floor == 2 * len(x)

@@ -30,17 +30,20 @@ Tables:
 * ``owd``: one row per packet seen at two captures, for every ordered pair of *adjacent* captures
   that both saw the flow, oriented upstream -> downstream: its one-way delay, its RFC 3393 IPDV and
   the RFC 3550 jitter after its arrival (one table rather than three: per-packet rows for pairs of
-  captures are the largest table of a bundle).  Upstream is not the sign of a flow's median delay,
-  which on a short leg (two captures on one wire) is the clock alignment's error: a conversation seen
-  both ways at both captures goes the way its data delay minus its reverse delay (the sum of both
-  one-way delays, clock error cancelled) says; a one-way flow goes from the side of the pair its
-  source (or away from the side its destination) is on by those conversations; only a flow with
-  neither follows its median's sign.  So a short leg's delays can be slightly negative.  Adjacent:
-  no third capture lies between the two on the flow's path (the flow goes from the first to it and
-  from it to the second); the delay across such a capture is the sum of the two legs' rows.  `owd_pair(tl, a, b)` gives any pair on demand, `between_keyed(...,
-  pairs="all")` every pair.  Packets are matched on (flow, IP identification, TCP sequence number,
-  UDP length, IP length, fragment offset; the TCP payload length follows from the IP length); an identity seen twice
-  in one capture (e.g. a retransmission that kept its IP id) is ambiguous and gives no delay.  IPv6
+  captures are the largest table of a bundle).  Adjacent: no third capture lies between the two on
+  the flow's path; the delay across such a capture is the sum of the two legs' rows.  The path is
+  put in order once per flow (`_paths`), not by comparing every pair of captures, so a bundle of
+  hundreds of captures costs work linear in them: each conversation is measured from one pivot
+  capture, and where both directions are matched, half its data delay minus its reverse delay is a
+  distance along the path with the clock alignment's error cancelled (the sign of one flow's median
+  delay is that error on a short leg, two captures on one wire); a one-way flow goes from the side
+  its source (or away from the side its destination) is on by those conversations; only a flow with
+  neither follows its median's sign.  Neighbours in that order are then compared directly, where
+  their delays are tight (`_refine`).  So a short leg's delays can be slightly negative.
+  `owd_pair(tl, a, b)` gives any pair on demand, `between_keyed(..., pairs="all")` every pair.
+  Packets are matched on (flow, IP identification, TCP sequence number, UDP length, IP length,
+  fragment offset; the TCP payload length follows from the IP length); an identity seen twice in one
+  capture (e.g. a retransmission that kept its IP id) is ambiguous and gives no delay.  IPv6
   packets without a fragment header have no identification: their TCP segments still match by
   sequence number, other IPv6 packets mostly end up ambiguous.
 
@@ -48,8 +51,9 @@ Tables:
     just before it at the upstream capture; null when that one was lost (or ambiguous).
   - Jitter: J after each arrival at the downstream capture, in arrival order: D = difference of
     consecutive transit times, J += (|D| - J) / 16 from J = 0, in ns (not RTP timestamp units).
-* ``loss`` / ``loss_bursts``: RFC 2680 one-way loss between the two captures (sent upstream, never seen
-  downstream) with RFC 3357-style loss periods (runs of consecutive lost packets in upstream order).
+* ``loss`` / ``loss_bursts``: RFC 2680 one-way loss between two captures (sent upstream, never seen
+  downstream) -- adjacent ones, the flow's first capture and each other, each and the flow's last --
+  with RFC 3357-style loss periods (runs of consecutive lost packets in upstream order).
   A downstream capture only sees what reaches it: loss to an air capture includes the sniffer's misses;
   loss to a station's own capture is loss to that station.  Counted only over packets sent upstream
   early enough to reach the downstream capture while it recorded: from its first record minus the
@@ -60,7 +64,6 @@ Tables:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import combinations
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -86,6 +89,7 @@ _BIG = 1 << 32
 _HALF = 1 << 31
 _SYN, _FIN, _ACK = 0x02, 0x01, 0x10
 # Packet identity across captures; "fh" is the flow name's hash (integer joins, the name rides along).
+REFINE_PASSES = 3      # odd-even passes of `_refine`: neighbours out of order move this far
 _KEY = ("fh", "k_id", "k_seq", "k_ulen", "k_iplen", "k_off")
 _C = Column
 
@@ -582,35 +586,124 @@ def between_captures(preps: list[Prepared], guard_min_ns: int = LOSS_GUARD_MIN_N
     return between_keyed([keyed(p) for p in preps], guard_min_ns, pairs)
 
 
+def _paths(keys: list[Keyed], ok: list[int]) -> pl.DataFrame:
+    """Return (fh, cap, rank): for each flow, the captures that saw it in the order it passed them.
+
+    Each conversation is measured against one pivot capture (the one seeing the most packet
+    identities, of those that saw the conversation): per capture, the median delay of the flow's
+    matched packets from the pivot (`d`).  Where both directions are matched, half the data delay
+    minus the reverse delay is a signed distance along the path with the clock error cancelled
+    (`_oriented`'s rule); a one-way flow takes the side its endpoints are on by those conversations,
+    else its median's sign.  One join over all captures, so a bundle of many captures costs what
+    its packets cost, not the square of its captures.
+    """
+    frames = [keys[i].df.filter(pl.col("n") == 1).select(*_KEY, "ts_ns", pl.lit(i, pl.Int32).alias("cap"))
+              for i in ok]
+    allk = pl.concat(frames)
+    names = pl.concat([keys[i].names for i in ok]).unique("fh", keep="first")
+    counts = allk.group_by("cap").len()
+    rank = {c: r for r, c in enumerate(counts.sort(["len", "cap"], descending=[True, False])["cap"].to_list())}
+    seen = (allk.select("fh", "cap").unique().join(names.select("fh", "conn"), on="fh")
+            .with_columns(pl.col("cap").replace_strict(rank, return_dtype=pl.Int32).alias("_rk")))
+    pivot = seen.group_by("conn").agg(pl.col("cap").sort_by("_rk").first().alias("piv"))
+    piv_of = names.select("fh", "conn").join(pivot, on="conn")
+    at_piv = (allk.join(piv_of.select("fh", "piv"), on="fh").filter(pl.col("cap") == pl.col("piv"))
+              .select(*_KEY, pl.col("ts_ns").alias("_tp")))
+    d = (allk.join(at_piv, on=list(_KEY)).group_by("fh", "cap")
+         .agg((pl.col("ts_ns") - pl.col("_tp")).median().alias("d"))
+         .join(names.select("fh", "conn", "dir", "src", "dst"), on="fh").join(pivot, on="conn"))
+    rev = d.select("conn", "cap", pl.when(pl.col("dir") == "a").then(pl.lit("b")).otherwise(pl.lit("a")).alias("dir"),
+                   pl.col("d").alias("_dr"))
+    d = d.join(rev, on=["conn", "cap", "dir"], how="left").with_columns(
+        pl.when((pl.col("d") != pl.col("_dr")) & (pl.col("cap") != pl.col("piv")))
+        .then((pl.col("d") - pl.col("_dr")) / 2).alias("_conv"))
+    # Which side of (pivot, capture) each address is on, by the conversations: 1 = the pivot's.
+    sure = d.filter(pl.col("_conv").is_not_null())
+    side = (pl.concat([sure.select("piv", "cap", pl.col("src").alias("addr"), (pl.col("_conv") > 0).cast(pl.Float64).alias("_a")),
+                       sure.select("piv", "cap", pl.col("dst").alias("addr"), (pl.col("_conv") < 0).cast(pl.Float64).alias("_a"))])
+            .group_by("piv", "cap", "addr").agg(pl.col("_a").mean()))
+    d = (d.join(side.rename({"addr": "src", "_a": "_s"}), on=["piv", "cap", "src"], how="left")
+         .join(side.rename({"addr": "dst", "_a": "_t"}), on=["piv", "cap", "dst"], how="left")
+         .with_columns(pl.mean_horizontal(pl.col("_s"), 1 - pl.col("_t")).alias("_v")))
+    fwd = (pl.when(pl.col("_v").is_not_null() & (pl.col("_v") != 0.5)).then(pl.col("_v") > 0.5)
+           .otherwise(pl.col("d") >= 0))
+    d = d.with_columns(
+        pl.when(pl.col("cap") == pl.col("piv")).then(pl.lit(0.0))
+        .when(pl.col("_conv").is_not_null()).then(pl.col("_conv"))
+        .otherwise(pl.col("d").abs().cast(pl.Float64) * pl.when(fwd).then(1.0).otherwise(-1.0)).alias("pos"),
+        # ties (copies of one capture: every distance 0) go downstream of the pivot in capture order
+        pl.when(pl.col("cap") == pl.col("piv")).then(0)
+        .when(pl.col("_conv").is_not_null()).then(pl.col("_conv").sign().cast(pl.Int32))
+        .when(fwd).then(1).otherwise(-1).alias("_sg"))
+    path = (d.sort("fh", "pos", "_sg", "cap").select("fh", "cap")
+            .with_columns(pl.int_range(pl.len(), dtype=pl.Int32).over("fh").alias("rank")))
+    return _refine(path, allk, names)
+
+
+def _refine(path: pl.DataFrame, allk: pl.DataFrame, names: pl.DataFrame) -> pl.DataFrame:
+    """Return the path order with neighbours swapped where their own delay says the order is reversed.
+
+    A distance from a far pivot is a median of delays spread by every queue between them: two
+    captures a few microseconds apart on one wire can come out in either order.  Between the two
+    themselves the delays are tight, so neighbours are compared directly (odd-even transposition, the
+    conversation's reverse delay cancelling the clock error as in `_oriented`), a few passes, each one
+    join over the packets of the pairs compared.
+    """
+    rev = names.join(names.select("conn", "dir", pl.col("fh").alias("_rfh")), on="conn").filter(
+        pl.col("dir") != pl.col("dir_right")).select("fh", "_rfh")
+    for p in range(2 * REFINE_PASSES):
+        pairs = (path.join(path.select("fh", pl.col("cap").alias("_b"), (pl.col("rank") - 1).alias("rank")),
+                           on=["fh", "rank"]).filter(pl.col("rank") % 2 == p % 2))
+        if pairs.height == 0:
+            break
+        want = pairs.join(rev, on="fh", how="left")
+        want = pl.concat([want.select("fh", "cap", "_b"),
+                          want.filter(pl.col("_rfh").is_not_null()).select(pl.col("_rfh").alias("fh"), "cap", "_b")]).unique()
+        a = allk.join(want, on=["fh", "cap"]).select(*_KEY, "_b", pl.col("ts_ns").alias("_ta"), pl.col("cap").alias("_a"))
+        med = (a.join(allk.select(*_KEY, pl.col("cap").alias("_b"), "ts_ns"), on=[*_KEY, "_b"])
+               .group_by("fh", "_a", "_b").agg((pl.col("ts_ns") - pl.col("_ta")).median().alias("_d")))
+        cmp = (pairs.join(rev, on="fh", how="left")
+               .join(med.rename({"_a": "cap"}), on=["fh", "cap", "_b"], how="left")
+               .join(med.rename({"fh": "_rfh", "_a": "cap", "_d": "_dr"}), on=["_rfh", "cap", "_b"], how="left")
+               .with_columns(pl.when(pl.col("_dr").is_not_null() & (pl.col("_d") != pl.col("_dr")))
+                             .then(pl.col("_d") < pl.col("_dr")).alias("_swap")))
+        swaps = cmp.filter(pl.col("_swap").fill_null(False))
+        if swaps.height == 0 and p % 2 == 1:
+            break
+        if swaps.height:
+            moved = pl.concat([swaps.select("fh", "cap", (pl.col("rank") + 1).alias("_nr")),
+                               swaps.select("fh", pl.col("_b").alias("cap"), "rank").rename({"rank": "_nr"})])
+            path = (path.join(moved, on=["fh", "cap"], how="left")
+                    .with_columns(pl.coalesce("_nr", "rank").alias("rank")).drop("_nr"))
+    return path.sort("fh", "rank")
+
+
 def between_keyed(keys: list[Keyed], guard_min_ns: int = LOSS_GUARD_MIN_NS,
                   pairs: str = "adjacent") -> dict[str, pl.DataFrame]:
-    """Return loss/loss_bursts for every ordered pair of keyed captures sharing a flow, and owd for the
-    adjacent ones (`pairs="adjacent"`: no third capture lies between them on the flow's path, i.e. the
-    flow goes from the first to it and from it to the second, `orient`) or for all of them (`pairs="all"`)."""
+    """Return owd/loss/loss_bursts between the keyed captures along each flow's path (`_paths`).
+
+    `pairs="adjacent"`: owd for adjacent captures (no third capture lies between them on the flow's
+    path), loss for those and from the flow's first capture to each other, and from each to its last
+    (so per flow a number of pairs linear in its captures); `pairs="all"`: both for every pair.
+    """
     if pairs not in ("adjacent", "all"):
         raise ValueError(f"pairs must be 'adjacent' or 'all', not {pairs!r}")
     ok = [i for i, k in enumerate(keys) if k.df.height]
-    med = {(i, j): _oriented(keys[i], keys[j]) for i, j in combinations(ok, 2)}
-
-    def going(i: int, j: int) -> pl.DataFrame:
-        """(fh) of the flows going from capture i to capture j."""
-        return (med[(i, j)].filter(pl.col("fwd")) if i < j else med[(j, i)].filter(~pl.col("fwd"))).select("fh")
-
-    parts: dict[str, list[pl.DataFrame]] = {"owd": [], "loss": [], "loss_bursts": []}
-    for i, j in combinations(ok, 2):
-        m = med[(i, j)]
-        fwd, rev = m.filter(pl.col("fwd"))["fh"], m.filter(~pl.col("fwd"))["fh"]
-        for up, down, flows in ((i, j, fwd), (j, i, rev)):
-            if not flows.len():
-                continue
-            owd_flows = None
-            if pairs == "adjacent":
-                # flows with a capture k on their path between up and down: their owd is up->k->down
-                via = [going(up, k).join(going(k, down), on="fh") for k in ok if k not in (up, down)]
-                owd_flows = flows if not via else flows.filter(~flows.is_in(pl.concat(via)["fh"].implode()))
-            for name, df in pair_tables(keys[up], keys[down], flows, guard_min_ns, owd_flows).items():
-                parts[name].append(df)
     schemas = {"owd": OWD, "loss": LOSS, "loss_bursts": LOSS_BURSTS}
+    if len(ok) < 2:
+        return {n: conform(None, schemas[n]) for n in schemas}
+    path = _paths(keys, ok)
+    last = path.group_by("fh").agg(pl.col("rank").max().alias("_last"))
+    pj = path.join(path, on="fh", suffix="_d").filter(pl.col("rank") < pl.col("rank_d")).join(last, on="fh")
+    adj = pl.col("rank_d") == pl.col("rank") + 1
+    if pairs == "adjacent":
+        pj = pj.filter(adj | (pl.col("rank") == 0) | (pl.col("rank_d") == pl.col("_last")))
+    pj = pj.with_columns((adj | pl.lit(pairs == "all")).alias("_owd"))
+    parts: dict[str, list[pl.DataFrame]] = {"owd": [], "loss": [], "loss_bursts": []}
+    for (up, down), g in sorted(pj.group_by("cap", "cap_d"), key=lambda t: t[0]):
+        owd_flows = g.filter(pl.col("_owd"))["fh"]
+        for name, df in pair_tables(keys[up], keys[down], g["fh"], guard_min_ns, owd_flows).items():
+            parts[name].append(df)
     return {n: pl.concat(parts[n]) if parts[n] else conform(None, schemas[n]) for n in parts}
 
 

@@ -43,7 +43,9 @@ How a clock is fitted (`xlayer.timeline.match` for matching, `xlayer.timeline.fi
   length minus 802.11 header, CCMP (16 B) or TKIP (20 B) overhead and LLC/SNAP is the IP length
   (`xlayer.timeline.size`), used only when the keyed matches give nothing.
 
-Every pair of clocks with matches is fitted; a clock is then reached from the reference along the
+Every pair of clocks with matches is fitted (in a bundle of more than `MAX_PARTNERS` + 1 clocks, each
+clock with the `MAX_PARTNERS` others sharing the most packets with it, by per-host-pair counts, so a
+bundle of hundreds of captures costs fits linear in its clocks, not their square); a clock is then reached from the reference along the
 chain whose links are least uncertain in sum (a link's uncertainty is the fit's: for a two-way link
 half the gap between its delay envelopes, where the truth must lie, plus its scatter and the skew's
 drift; one-way links 1 ms), and the lines along the chain are composed (method "... via CLOCK").  So a station's clock may be aligned
@@ -89,6 +91,7 @@ from xlayer.bundle.manifest import Bundle, BundleError, CaptureEntry, named, ope
 from xlayer.text import NS
 
 MIN_SIMULTANEOUS = 20
+MAX_PARTNERS = 8
 OVERRIDE_COST_NS = 100_000.0
 
 
@@ -454,6 +457,33 @@ def _choose_reference(bundle: Bundle, packet: list[CaptureEntry], obs: dict[str,
     return None, None
 
 
+def _partner_pairs(obs: Mapping[str, mm.Observations], files: list[str],
+                   clock_of: Mapping[str, str]) -> set[tuple[str, str]] | None:
+    """Return the clock pairs worth fitting when there are more than MAX_PARTNERS + 1 clocks (else None:
+    all): each clock with the MAX_PARTNERS others whose captures share the most packets with its own."""
+    clocks = sorted({clock_of[f] for f in files})
+    if len(clocks) <= MAX_PARTNERS + 1:
+        return None
+    # What two captures can share is bounded per host pair by the smaller of their counts (frames
+    # for two sniffers, protected frames for the size matching): a cheap stand-in for the join.
+    per: dict[str, dict[object, int]] = {c: {} for c in clocks}
+    for f in files:
+        o, cnt = obs[f], per[clock_of[f]]
+        if o.ip.height:
+            for pair, n in o.ip.group_by("pair").len().iter_rows():
+                cnt[pair] = cnt.get(pair, 0) + n
+        # frames two sniffers may share; protected frames and the wired packets they match by size
+        for tag, t in (("fr", o.fr), ("size", o.sz), ("size", o.wired_sz)):
+            if t is not None and t.height:
+                cnt[tag] = cnt.get(tag, 0) + t.height
+    keep: set[tuple[str, str]] = set()
+    for a in clocks:
+        ca = per[a]
+        score = sorted(((-sum(min(n, per[b].get(k, 0)) for k, n in ca.items()), b) for b in clocks if b != a))
+        keep.update(tuple(sorted((a, b))) for sc, b in score[:MAX_PARTNERS] if sc < 0)
+    return keep
+
+
 def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = None, *, decoder: str = "fast",
                  min_matches: int = 3, use_tsft: bool = True,
                  tables: Mapping[str, pl.DataFrame] | None = None) -> Alignment:
@@ -496,10 +526,12 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
     kind_of = {e.file: e.kind for e in packet}
     files = [e.file for e in packet if e.file in obs]
     by_clocks: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    keep = _partner_pairs(obs, files, clock_of)
     for i, fa in enumerate(files):
         for fb in files[i + 1:]:
-            if clock_of[fa] != clock_of[fb]:
-                by_clocks.setdefault(tuple(sorted((clock_of[fa], clock_of[fb]))), []).append((fa, fb))
+            cp = tuple(sorted((clock_of[fa], clock_of[fb])))
+            if clock_of[fa] != clock_of[fb] and (keep is None or cp in keep):
+                by_clocks.setdefault(cp, []).append((fa, fb))
     matched_any: dict[str, int] = {}
     adj: dict[str, list[tuple[str, float]]] = {c: [] for c in sorted({e.clock for e in bundle.captures})}
     edge_fits: dict[tuple[str, str], tuple[fitm.ClockFit, int, dict[str, int]]] = {}

@@ -431,9 +431,10 @@ def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig
     res = np.concatenate([yf[kf] - hi - b * xf[kf], yr[kr] - lo - b * xr[kr]])
     # The level of each envelope used is known to its scatter over sqrt(points); the skew's error
     # grows with the distance from the points it rests on to the farthest matched packet.
-    used = [(f, k) for f, k, d in ((ff, kf, "forward"), (fr, kr, "reverse")) if how in ("", d)]
-    scatter = sum(2.0 * f.sigma / math.sqrt(max(int(k.sum()), 1)) for f, k in used)
-    xk = np.concatenate([x[k] for x, (f, k) in zip((xf, xr), ((ff, kf), (fr, kr))) if (f, k) in used] or [xf])
+    # (selected by direction name: comparing the tuples would compare their arrays element-wise)
+    used = [(f, k, x) for f, k, x, d in ((ff, kf, xf, "forward"), (fr, kr, xr, "reverse")) if how in ("", d)]
+    scatter = sum(2.0 * f.sigma / math.sqrt(max(int(k.sum()), 1)) for f, k, _ in used)
+    xk = np.concatenate([x[k] for _, k, x in used] or [xf])
     xc = float(xk.mean()) if len(xk) else 0.0
     reach = float(max(abs(min(xf.min(), xr.min()) - xc), abs(max(xf.max(), xr.max()) - xc)))
     drift = (se if not offset_only else MAX_SLOPE_SE) * reach
