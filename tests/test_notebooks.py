@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -60,8 +61,10 @@ def _kernel_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return name
 
 
-def _run(name: str, env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[object, dict]:
-    """Execute notebooks/NAME in notebooks/ with `env`; return the executed notebook and its JSON summary."""
+def _run(name: str, env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+         cwd: Path = NOTEBOOKS) -> tuple[object, dict]:
+    """Execute notebooks/NAME with `env`, the kernel in `cwd` (Jupyter's: the notebook's directory);
+    return the executed notebook and its JSON summary."""
     from nbclient import NotebookClient
 
     summary = tmp_path / "summary.json"
@@ -72,7 +75,7 @@ def _run(name: str, env: dict[str, str], tmp_path: Path, monkeypatch: pytest.Mon
     kernel = _kernel_name(tmp_path, monkeypatch)
     nb = nbformat.read(NOTEBOOKS / name, as_version=4)
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name=kernel,
-                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+                            resources={"metadata": {"path": str(cwd)}})
     client.execute()            # raises CellExecutionError (with the cell and traceback) on any error
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
@@ -153,6 +156,31 @@ def test_explore_bundle_on_wired_lab_sample(tmp_path, monkeypatch):
     # Linux counted the retransmissions the tbf drops caused; the server's capture sees each one.
     at_server = sum(s["retransmissions"].get("server", {}).values())
     assert abs(at_server - truth["summary"]["RetransSegs"]) <= 2, s["retransmissions"]
+
+
+def test_explore_bundle_from_the_repository_root_finds_its_default_sample(tmp_path, monkeypatch):
+    # `jupyter lab` started in the root, or nbclient/papermill run from there: the default bundle is
+    # the checkout's samples/sim-udp_overflow all the same (no path relative to notebooks/).
+    bundle = SAMPLES / "sim-udp_overflow"
+    if not (bundle / "bundle.json").is_file():
+        pytest.skip(f"{bundle} is not in this checkout")
+    monkeypatch.delenv("XLAYER_NB_BUNDLE", raising=False)
+    _, s = _run("explore_bundle.ipynb", {}, tmp_path, monkeypatch, cwd=REPO)
+    assert Path(s["bundle"]).resolve() == bundle.resolve()
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    assert sorted(s["captures"]) == sorted(c["file"] for c in manifest["captures"] if c["kind"] in ("air", "wired"))
+    assert s["incidents"] >= 1 and s["fates"].get("dropped_at_ap", 0) > 0
+
+
+@pytest.mark.parametrize("name", ["explore_bundle.ipynb", "study001_comparison.ipynb"])
+def test_notebooks_refer_to_nothing_missing(name):
+    # default paths come from the checkout, not from the kernel's working directory
+    text = "\n".join(c.source for c in nbformat.read(NOTEBOOKS / name, as_version=4).cells)
+    assert "../" not in text and "Path.cwd().parent)" not in text
+    # every repository path a notebook names in backquotes exists (samples/*, notebooks/..., docs/...)
+    for ref in re.findall(r"`((?:samples|notebooks|docs|xlayer|tests)(?:/[\w.*-]+)*/?)`", text):
+        assert list(REPO.glob(ref.rstrip("/"))), f"{name} names {ref}, which is not in the repository"
+    assert "`docs`" not in text
 
 
 def _comparison_bundles() -> list[Path]:

@@ -441,8 +441,8 @@ def test_cli_new_then_show(tmp_path) -> None:
     assert "records: 192" in block and "127 IEEE802_11_RADIOTAP (192)" in block
     assert "malformed: " in block and "first: 20" in block and "duration: " in block
     ap_block = section(text, "ap.pcap")
-    assert "records: 40" in ap_block and "first: 2023-11-14T22:13:20.000000000Z" in ap_block
-    assert "last: 2023-11-14T22:13:20.000390000Z" in ap_block and "duration: 0.000390 s" in ap_block
+    assert "records: 40" in ap_block and "first: 2023-11-14 22:13:20.000000000 UTC" in ap_block
+    assert "last: 2023-11-14 22:13:20.000390000 UTC" in ap_block and "duration: 0.000390 s" in ap_block
     clocks = text.split("\nclocks:\n", 1)[1]
     assert f"  server: server.pcap, {iperf.name}" in clocks and "  gps: ap.pcap" in clocks
 
@@ -581,7 +581,7 @@ def test_cli_show_prints_clocks_and_capture_run(tmp_path) -> None:
     assert "    source: chrony\n    tracking:\n      Reference ID    : C0A80001 (gw)\n" in clocks
     assert "      Stratum         : 3\\x1b[0m" in clocks
     assert "capture run:" in p.stdout and "stop reason: duration" in p.stdout
-    assert "started: 2023-11-14T22:13:20.000000000Z" in p.stdout
+    assert "started: 2023-11-14 22:13:20.000000000 UTC" in p.stdout
     assert "format: pcap\n" in section(p.stdout, "ap-eth0.pcapng")
     assert "records: 2" in section(p.stdout, "server-ss.txt")
 

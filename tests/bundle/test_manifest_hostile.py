@@ -105,7 +105,7 @@ def test_capture_run_of_the_right_types_is_shown(tmp_path) -> None:
     p = xlayer("bundle", "show", str(d))
     assert p.returncode == 1 and "Traceback" not in p.stderr       # 1: both captures are missing
     assert "command: xlayer capture" in p.stdout and "error: ss: gone" in p.stdout
-    assert "started: 2023-11-14T22:13:20.000000000Z" in p.stdout and "stopped: 2262-04-11" in p.stdout
+    assert "started: 2023-11-14 22:13:20.000000000 UTC" in p.stdout and "stopped: 2262-04-11" in p.stdout
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import pytest
 
 from tests.helpers.common import REPO
 from xlayer.metrics import open_timeline, table_names
-from xlayer.metrics.export import MANIFEST, Written, write_metrics
+from xlayer.metrics.export import MANIFEST, Written, with_utc_times, write_metrics
 from xlayer.signals import Stop
 
 SAMPLE = REPO / "samples" / "lab-baseline"
@@ -123,7 +123,7 @@ def test_success_output_is_what_the_writers_give(timeline, tmp_path: Path) -> No
     assert_consistent(out)
     for name in ("flows", "owd", "captures"):
         ref = tmp_path / f"ref-{name}.parquet"
-        pq.write_table(timeline.table(name).to_arrow(), ref, compression="zstd")
+        pq.write_table(with_utc_times(name, timeline.table(name)).to_arrow(), ref, compression="zstd")
         assert (out / f"{name}.parquet").read_bytes() == ref.read_bytes(), name
     assert (out / MANIFEST).read_text() == json.dumps(man, indent=1, allow_nan=False, default=str)
     umask = os.umask(0)

@@ -18,7 +18,7 @@ import pytest
 
 from tests.helpers.common import REPO, sim_bundle
 from xlayer.metrics import open_timeline, table_names
-from xlayer.metrics.schema import REGISTRY, schema_of
+from xlayer.metrics.export import parquet_schema
 from xlayer.timeline.flowkey import flow_name, with_flow
 
 ROOT = REPO
@@ -106,7 +106,7 @@ def test_metrics_cli_writes_documented_tables(tmp_path: Path) -> None:
     for name, t in man["tables"].items():
         df = pl.read_parquet(out / t["file"])
         assert df.height == t["rows"]
-        assert dict(df.schema) == schema_of(REGISTRY[name]), name
+        assert dict(df.schema) == parquet_schema(name), name
         assert [c["name"] for c in t["columns"]] == df.columns
         assert all(c["doc"] for c in t["columns"]), name
     assert man["alignment"]["reference"] == "server"

@@ -286,10 +286,26 @@ def _no_ip_note(tl: Timeline) -> str:
     except Exception:  # noqa: BLE001 - a bundle without air captures may have no such table
         return text
     n = air.filter(pl.col("wlan_type") == 2).height if air.height else 0
-    if n:
-        text += (f" ({n:,} 802.11 data frame{'s' if n != 1 else ''} on the air, none readable as IP: "
-                 "protected, or not IP)")
-    return text
+    if not n:
+        return text
+    prot = _protected_data_frames(tl)
+    if not prot:
+        why = "not IP" if prot == 0 else "protected, or not IP"
+        return text + f" ({n:,} 802.11 data frame{'s' if n != 1 else ''} on the air, none readable as IP: {why})"
+    # xlayer reads no keys: a WPA network's traffic is seen only as sizes and times
+    rest = f"; the other {n - prot:,} not IP" if n > prot else ""
+    return text + (f" ({n:,} 802.11 data frame{'s' if n != 1 else ''} on the air, none readable as IP: {prot:,} "
+                   f"{'were' if prot != 1 else 'was'} protected (WPA/WEP) and no keys were given: xlayer does not "
+                   f"decrypt, decrypt the capture first (airdecap-ng, or tshark with the keys){rest})")
+
+
+def _protected_data_frames(tl: Timeline) -> int | None:
+    """Return how many 802.11 data frames of the air captures were protected (None: not known here)."""
+    if not hasattr(tl, "entries"):
+        return None
+    return sum(tl.packets(e, ["wlan_type", "wlan_protected"])
+               .filter((pl.col("wlan_type") == 2) & pl.col("wlan_protected").fill_null(False)).height
+               for e in tl.entries("air"))
 
 
 def flow_notes(tl: Timeline, chosen: pl.DataFrame, cfg: DropConfig) -> list[str]:

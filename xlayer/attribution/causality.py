@@ -188,10 +188,10 @@ def _queue_and_slow_station(found: list[CauseFinding]) -> list[CauseFinding]:
               if u.get("offered_bps", 0.0) > FLOOD_RATIO * u.get("station_delivered_bps", 0.0)]
     if any(u.get("station") == slow for u in floods):
         u = next(u for u in floods if u.get("station") == slow)
-        return _pair(found, qo, pa, f"performance_anomaly because an unresponsive stream ({u['flow']}) was offered "
-                                    f"{u['offered_bps'] / 1e6:.1f} Mbit/s to {slow}, which took in "
-                                    f"{u['station_delivered_bps'] / 1e6:.1f} Mbit/s: the AP's queue stayed full of "
-                                    f"its packets; {qo.summary}")
+        return _pair(found, qo, pa, f"performance_anomaly because an unresponsive stream ({u['flow']}) offered "
+                                    f"{u['offered_bps'] / 1e6:.1f} Mbit/s at the AP's wired side to {slow}, which "
+                                    f"was delivered {u['station_delivered_bps'] / 1e6:.1f} Mbit/s in all: the AP's "
+                                    f"queue stayed full of its packets")
     if floods:
         return found            # a flood to another station: two roots
     return _pair(found, pa, qo, f"ap_queue_overflow because {slow}'s slow frames held the AP's transmit line while "

@@ -7,14 +7,12 @@ import sys
 from typing import Any
 
 
-
 def cmd_align(args: argparse.Namespace) -> int:
     """Print the clock alignment of a bundle (JSON or a table); return the exit code."""
-    from xlayer.text import safe_text
-    from xlayer.timeline.align import align_bundle
-
     from xlayer.bundle import open_bundle
     from xlayer.cli.common import require_packets
+    from xlayer.text import safe_text
+    from xlayer.timeline.align import align_bundle
 
     bundle = open_bundle(args.bundle)
     al = align_bundle(bundle, reference=args.reference, decoder=args.decoder,
@@ -48,5 +46,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--min-matches", type=int, default=3, metavar="N",
                    help="fewest matched packets for a fit (default 3); fewer: 'unmatched'")
     p.add_argument("--no-tsft", action="store_true", help="use the sniffers' host stamps, not TSFT")
-    p.add_argument("--decoder", choices=("fast", "reference"), default="fast")
+    p.add_argument("--decoder", choices=("fast", "reference"), default="fast",
+                   help="fast (columnar, the default) or reference (per frame, for checking)")
     p.set_defaults(func=cmd_align)

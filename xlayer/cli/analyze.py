@@ -6,20 +6,23 @@ import json
 import sys
 from typing import Any
 
-from xlayer.cli.common import add_timeline_options
+from xlayer.cli.common import add_bundle_argument, add_timeline_options
 from xlayer.signals import stop_on_signals
 from xlayer.text import clock_text, safe_text
 
 
-def summary_text(an: Any) -> str:
-    """Return the analysis as readable text: flows, then incidents ranked with one sentence each."""
+def summary_text(an: Any, quiet: list[str] | None = None) -> str:
+    """Return the analysis as readable text: flows, then incidents ranked with one sentence each.
+
+    `quiet`: with no incident, the lines saying what was seen all the same (`quiet_lines`)."""
     from xlayer.text import safe_text as t
 
     lines = []
     tags = ", ".join(f"{t(k)}={t(v)}" for k, v in an.tags.items())
     if tags:
         lines.append(f"bundle: {tags}")
-    lines.append(f"reference clock: {t(an.alignment.get('reference'))}")
+    when = _Times(an)
+    lines.append(f"reference clock: {t(an.alignment.get('reference'))}{when.header()}")
     # a capture whose clock could not be trusted is said where the reader starts: its times may be off
     for c in an.alignment.get("captures") or []:
         status = c.get("status") or "aligned"
@@ -31,13 +34,14 @@ def summary_text(an: Any) -> str:
     for f in an.flows:
         st = f" to/from {t(f['station'])}" if f.get("station") else ""
         lines.append(f"  {t(f['flow'])}{st}: {f['goodput_bps'] / 1e6:.2f} Mbit/s goodput at {t(f['vantage'])}, "
-                     f"{clock_text(f['start'])}-{clock_text(f['end'])}")
+                     f"{when.text(f['start'])}-{when.text(f['end'])}")
     if not an.incidents:
         lines.append("no incident: no flow dropped below its steady state and no condition held")
+        lines += [f"  {t(q)}" for q in quiet or []]
     else:
         lines.append(f"incidents ({len(an.incidents)}), most certain first:")
     for k, inc in enumerate(an.incidents, 1):
-        span = f"{clock_text(inc.start_ns / 1e9)}-{clock_text(inc.end_ns / 1e9)} ({(inc.end_ns - inc.start_ns) / 1e9:.1f} s)"
+        span = f"{when.text(inc.start_ns / 1e9)}-{when.text(inc.end_ns / 1e9)} ({(inc.end_ns - inc.start_ns) / 1e9:.1f} s)"
         if not inc.findings:
             lines.append(f" {k}. {span} {inc.kind}: no cause found; flows {t(', '.join(inc.flows))}")
             continue
@@ -57,6 +61,100 @@ def summary_text(an: Any) -> str:
     return "\n".join(lines)
 
 
+class _Times:
+    """How the summary writes times: UTC time of day when everything shown is on one date (said once in
+    the header), else the date with every time."""
+
+    def __init__(self, an: Any):
+        shown = [x for f in an.flows for x in (f.get("start"), f.get("end"))]
+        shown += [x / 1e9 for i in an.incidents for x in (i.start_ns, i.end_ns)]
+        self.dates = sorted({_date(x) for x in shown if isinstance(x, (int, float))})
+
+    def header(self) -> str:
+        """Return what the header line says of the times ('' when no time is shown)."""
+        if not self.dates:
+            return ""
+        return f"; times UTC, {self.dates[0]}" if len(self.dates) == 1 else "; times UTC"
+
+    def text(self, seconds: float | None) -> str:
+        """Return one time as the summary shows it."""
+        if seconds is None or len(self.dates) <= 1:
+            return clock_text(seconds)
+        return f"{_date(seconds)} {clock_text(seconds)}"
+
+
+def _date(seconds: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%d")
+
+
+MAX_QUIET_FLOWS = 3     # data flows described when there is no incident
+
+
+def quiet_lines(tl: Any, an: Any, cfg: Any) -> list[str]:
+    """Return, when there is no incident, what the data flows went through all the same: packets lost
+    between two captures (the `loss` table, at the tightest pair of captures), TCP retransmissions (the
+    `retransmissions` table, at the capture that saw most), and why that made no drop."""
+    import polars as pl
+
+    flows = [f["flow"] for f in an.flows]
+    if an.incidents or not flows:
+        return []
+    loss = tl.table("loss").filter(pl.col("flow").is_in(flows))
+    rt = tl.table("retransmissions").filter(pl.col("flow").is_in(flows))
+    kept = (f"goodput never fell below {cfg.threshold:g} x its steady state for {cfg.min_duration_s:g} s or more "
+            "(--threshold, --min-duration)")
+    out = []
+    for flow in flows:
+        bits = [b for b in (_lost_text(loss.filter(pl.col("flow") == flow)),
+                            _resent_text(rt.filter(pl.col("flow") == flow))) if b]
+        if bits:
+            out.append(f"{flow}: {'; '.join(bits)}; its {kept}")
+    if not out:
+        which = "the data flow" if len(flows) == 1 else f"the {len(flows)} data flows"
+        both = "between captures and no" if loss.height else "and"
+        return [f"seen: no packet of {which} lost {both} TCP retransmission; {kept}"]
+    more = len(out) - MAX_QUIET_FLOWS
+    return [f"seen: {x}" for x in out[:MAX_QUIET_FLOWS]] + ([f"seen: and {more} more flows"] if more > 0 else [])
+
+
+def _lost_text(loss: Any) -> str | None:
+    """Return the packets one flow lost between the two captures closest around the loss, or None."""
+    import polars as pl
+
+    if loss.height == 0 or loss["lost"].sum() == 0:
+        return None
+    # a capture's place on the path: how many captures saw the flow before it
+    rank = loss.group_by("vantage_b").agg(pl.col("vantage_a").n_unique().alias("_r"))
+    pairs = (loss.filter(pl.col("lost") > 0)
+             .join(rank.rename({"vantage_b": "vantage_a", "_r": "_ra"}), on="vantage_a", how="left")
+             .join(rank.rename({"_r": "_rb"}), on="vantage_b", how="left")
+             .with_columns(pl.col("_ra").fill_null(0)))
+    r = pairs.sort(["_ra", "_rb", "lost"], descending=[True, False, True], nulls_last=True).row(0, named=True)
+    periods = f", {r['bursts']:,} loss period{'s' if r['bursts'] != 1 else ''}" if r["bursts"] else ""
+    return (f"{r['lost']:,} of {r['sent']:,} packets lost between {r['vantage_a']} and {r['vantage_b']} "
+            f"({r['loss_ratio']:.1%}{periods})")
+
+
+def _resent_text(rt: Any) -> str | None:
+    """Return how TCP recovered (its retransmissions at the capture that saw most, by trigger), or None."""
+    import polars as pl
+
+    rt = rt.filter(pl.col("class").is_in(["rto", "fast", "spurious"]))
+    if rt.height == 0:
+        return None
+    per = (rt.group_by("capture_file").agg(
+        pl.len().alias("n"), (pl.col("trigger") == "fast").sum().alias("fast"),
+        pl.col("trigger").is_in(["rto", "tlp"]).sum().alias("timeout"), pl.col("spurious").fill_null(False).sum())
+        .sort(["n", "capture_file"], descending=[True, False]).row(0, named=True))
+    how = [f"{per['fast']:,} by fast retransmit"] if per["fast"] else []
+    how.append(f"{per['timeout']:,} after a timeout" if per["timeout"] else "no timeout")
+    if per["spurious"]:
+        how.append(f"{per['spurious']:,} spurious")
+    return f"TCP resent {per['n']:,} segment{'s' if per['n'] != 1 else ''} ({', '.join(how)})"
+
+
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Analyze a bundle and print the summary or JSON; return the exit code."""
     from xlayer.attribution.analyze import analyze
@@ -73,11 +171,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         # and `metrics` after this command read them back instead of computing them again.
         tl.tables(progress=lambda name: step(f"table {name}"))
         an = analyze(tl, cfg, progress=step)
+        quiet = [] if args.json else quiet_lines(tl, an, cfg)
     if args.json:
         json.dump(an.as_json(), sys.stdout, indent=2, allow_nan=False, default=str)
         print()
     else:
-        print(summary_text(an))
+        print(summary_text(an, quiet))
     note = unread_note(tl)
     if note:
         print(f"xlayer analyze: note: {safe_text(note)}", file=sys.stderr)
@@ -116,7 +215,7 @@ def register(subparsers: Any) -> None:
         "analyze", help="find where throughput dropped and rank the causes, with the evidence",
         description="Align BUNDLE's captures, find windows where a flow's goodput fell well below its own "
         "steady state (or a condition that held all run), and score every cause on every layer's evidence.")
-    p.add_argument("bundle", metavar="BUNDLE", help="bundle directory (or its bundle.json)")
+    add_bundle_argument(p)
     p.add_argument("--json", action="store_true",
                    help='print {"incidents": [{start, end, cause, confidence, causes, flows, stations, evidence, '
                    'frames}], "flows": [...], "alignment": {...}, "tags": {...}, "notes": [...]} (times: reference '

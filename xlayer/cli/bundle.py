@@ -27,6 +27,7 @@ from xlayer.bundle.manifest import (
     write_manifest,
 )
 from xlayer.bundle.tables import describe, guess_format
+from xlayer.cli.utc import iso_label, utc_label
 from xlayer.text import iso_ns, safe_text
 
 _VANTAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -69,6 +70,12 @@ def check_vantage(name: str, option: str) -> str:
     return name
 
 
+def kind_phrase(kind: str) -> str:
+    """Return a capture kind with its article: 'an air capture', 'a wired capture', 'a TCP state capture'."""
+    words = kind.replace("_", " ").replace("tcp", "TCP")
+    return f"{'an' if words[:1] in ('a', 'e', 'i', 'o', 'u') else 'a'} {words} capture"
+
+
 def _format_for(kind: str, src: Path, option: str) -> str:
     try:
         fmt = guess_format(src)
@@ -76,7 +83,7 @@ def _format_for(kind: str, src: Path, option: str) -> str:
         raise Refusal(f"{option}: {exc}") from None
     allowed = PACKET_FORMATS if kind in ("air", "wired") else STATE_FORMATS
     if fmt not in allowed:
-        raise Refusal(f"{option} {src}: a {kind} capture must be {' or '.join(allowed)}, "
+        raise Refusal(f"{option} {src}: {kind_phrase(kind)} must be {' or '.join(allowed)}, "
                       f"but this file looks like {fmt}")
     return fmt
 
@@ -260,7 +267,8 @@ def render_show(d: dict[str, Any]) -> list[str]:
     from parsers.decode.registry import linktype_name
 
     t = safe_text
-    lines = [f"bundle: {t(d.get('path'))}", f"created: {t(d.get('created'))}", f"host: {t(d.get('host'))}"]
+    created = iso_label(d.get("created")) or t(d.get("created"))     # the manifest's text, if not a UTC time
+    lines = [f"bundle: {t(d.get('path'))}", f"created: {created}", f"host: {t(d.get('host'))}"]
     tags = d.get("tags") or {}
     lines.append("tags:" if tags else "tags: (none)")
     lines += [f"  {t(k)}: {t(v)}" for k, v in tags.items()]
@@ -287,7 +295,7 @@ def render_show(d: dict[str, Any]) -> list[str]:
                 lines.append(f"    interface {itf.get('id')}: {t(itf.get('name'))}{desc}, "
                              f"link type {itf.get('linktype')}")
         if c.get("first_ts") is not None:
-            lines += [f"    first: {c['first_ts']}", f"    last: {c['last_ts']}",
+            lines += [f"    first: {utc_label(c['first_ts_ns'], 9)}", f"    last: {utc_label(c['last_ts_ns'], 9)}",
                       f"    duration: {c['duration_s']:.6f} s"]
         elif c.get("error") is None:
             lines.append("    time span: -")
@@ -324,7 +332,7 @@ def render_show(d: dict[str, Any]) -> list[str]:
         lines.append("capture run:")
         for k in ("started_ns", "stopped_ns"):
             if run.get(k) is not None and isinstance(run[k], int):
-                lines.append(f"  {k[:-3]}: {iso_ns(run[k])}")
+                lines.append(f"  {k[:-3]}: {utc_label(run[k], 9)}")
         if run.get("stop_reason"):
             lines.append(f"  stop reason: {t(run['stop_reason'])}")
         if run.get("command"):
@@ -367,10 +375,10 @@ def register(subparsers: Any) -> None:
     pn = sub.add_parser("new", help="copy capture files into a directory and write its bundle.json",
                         description="Copy (or link) capture files into DIR and write DIR/bundle.json. "
                         "Formats are recognised from file content.")
-    pn.add_argument("dir", metavar="DIR")
+    pn.add_argument("dir", metavar="DIR", help="bundle directory to create or fill (made if missing)")
     for kind, opt in _KIND_OPTION.items():
         pn.add_argument(opt, dest=kind, action="append", default=[], metavar="VANTAGE=FILE",
-                        help=f"{'an' if kind == 'air' else 'a'} {kind.replace('_', ' ')} capture taken at VANTAGE (repeatable)")
+                        help=f"{kind_phrase(kind)} taken at VANTAGE (repeatable)")
     pn.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
                     help="describe the run (access, device, os, transport, run...)")
     pn.add_argument("--channel", action="append", default=[], metavar="VANTAGE=N",
@@ -385,7 +393,8 @@ def register(subparsers: Any) -> None:
     pn.add_argument("--force", action="store_true", help="replace an existing bundle.json and files")
     pn.set_defaults(func=cmd_new)
     ps = sub.add_parser("show", help="tags, captures (records, time span, link types) and clocks of a bundle")
-    ps.add_argument("dir", metavar="DIR")
-    ps.add_argument("--json", action="store_true")
-    ps.add_argument("--decoder", choices=("fast", "reference"), default="fast")
+    ps.add_argument("dir", metavar="DIR", help="bundle directory (or its bundle.json)")
+    ps.add_argument("--json", action="store_true", help="print the description as one JSON object")
+    ps.add_argument("--decoder", choices=("fast", "reference"), default="fast",
+                    help="fast (columnar, the default) or reference (per frame, for checking)")
     ps.set_defaults(func=cmd_show)

@@ -145,8 +145,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "set type monitor, up, set channel) or, with --add NAME, a new monitor interface "
                     "on IFACE's phy. IFACE must be wireless (checked before anything changes). Untested: the "
                     "development machine has no wireless hardware.")
-    m.add_argument("iface")
-    m.add_argument("--channel", type=int, required=True)
+    m.add_argument("iface", metavar="IFACE", help="the wireless interface (e.g. wlan0)")
+    m.add_argument("--channel", type=int, required=True, metavar="N",
+                   help="802.11 channel to listen on (e.g. 1, 6, 11, 36)")
     m.add_argument("--add", metavar="NAME", default=None,
                    help="add a new monitor interface NAME on IFACE's phy instead of converting IFACE")
     m.set_defaults(func=cmd_monitor)

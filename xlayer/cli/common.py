@@ -1,10 +1,46 @@
-"""What the commands that read a whole bundle share: their timeline options and their progress line."""
+"""What the commands that read a whole bundle share: the BUNDLE argument (a bundle directory, or capture
+files read as a temporary bundle: `xlayer.bundle.adhoc`), their timeline options and their progress line."""
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+
+BUNDLE_HELP = ("bundle directory (or its bundle.json); or capture files without a bundle (pcap or pcapng, "
+               "gzipped or not, and ss -tin text): read as a temporary bundle, each file its own vantage, air or "
+               "wired as its link type says")
+
+
+def add_bundle_argument(p: argparse.ArgumentParser, optional: bool = False) -> None:
+    """Add the BUNDLE argument (a bundle, or capture files) to a command; return None."""
+    p.add_argument("bundle", metavar="BUNDLE|CAPTURE", nargs="*" if optional else "+", help=BUNDLE_HELP)
+
+
+def bundle_from_args(args: argparse.Namespace) -> Any:
+    """Return what `args.bundle` names: a bundle's path as given, or an in-memory bundle of capture files.
+
+    Capture files are said in one line on stderr (what was read as what, and how to keep it as a bundle);
+    raise BundleError (one line, exit 2) on a missing, unreadable or unknown file."""
+    import os
+    import sys
+
+    from xlayer.bundle.adhoc import adhoc_bundle, is_bundle_path
+    from xlayer.bundle.manifest import MANIFEST, BundleError
+    from xlayer.text import safe_text
+
+    paths = [args.bundle] if isinstance(args.bundle, str) else list(args.bundle)
+    if len(paths) == 1 and is_bundle_path(paths[0]):
+        if os.path.isdir(paths[0]) and not os.path.lexists(os.path.join(paths[0], MANIFEST)):
+            raise BundleError(f"{paths[0]}: no {MANIFEST} here (not an xlayer bundle); to read captures without a "
+                              f"bundle, name the files (xlayer {args.cmd} {os.path.join(paths[0], '*.pcap')})")
+        return paths[0]
+    adhoc = adhoc_bundle(paths)
+    print(f"xlayer: {safe_text(adhoc.announcement())}", file=sys.stderr)
+    if getattr(args, "title", False) is None:
+        # the report's default title names the bundle's directory: here only where the files happen to be
+        args.title = f"xlayer report: {adhoc.title()}"
+    return adhoc.bundle
 
 
 def add_timeline_options(p: argparse.ArgumentParser) -> None:
@@ -33,10 +69,11 @@ def steps(desc: str, quiet: bool) -> Iterator[Callable[[str], None]]:
 
 
 def open_from_args(args: argparse.Namespace, step: Callable[[str], None]) -> Any:
-    """Return the timeline of `args.bundle` as the timeline options say (metric tables on demand)."""
+    """Return the timeline of `args.bundle` (`bundle_from_args`) as the timeline options say (metric tables
+    on demand)."""
     from xlayer.metrics import open_timeline
 
-    return open_timeline(args.bundle, reference=args.reference, decoder=args.decoder,
+    return open_timeline(bundle_from_args(args), reference=args.reference, decoder=args.decoder,
                          bin_ns=int(round(args.bin * 1e9)), progress=step, cache=not args.no_cache)
 
 

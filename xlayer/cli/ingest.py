@@ -3,15 +3,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
+from tqdm import tqdm
+
 import xlayer.ingest as ingest_mod
-from parsers.decode.ingest import IngestStats
+from parsers.decode.ingest import IngestStats, iter_tables
 from parsers.decode.registry import linktype_name
 from parsers.formats.records import CaptureError
+from xlayer.cli.utc import utc_label
+from xlayer.cli.wifi import WifiSummary
 from xlayer.signals import Stop, stop_on_signals
-from xlayer.text import safe_text, utc_text
+from xlayer.text import safe_text
 
 
 def _print_counts(st: IngestStats, out=sys.stdout) -> None:
@@ -64,11 +69,24 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scan(path: str, decoder: str, progress: bool) -> tuple[IngestStats, WifiSummary]:
+    """Return the counts of a full decoding pass over a capture and the summary of its 802.11 frames."""
+    st, wifi = IngestStats(), WifiSummary()
+    size = os.path.getsize(path)
+    # tqdm disables itself when stderr is not a terminal (disable=None); small files need no bar
+    with tqdm(total=size, unit="B", unit_scale=True, desc=os.path.basename(path), leave=False,
+              disable=None if progress and size > (64 << 20) else True) as bar:
+        for df in iter_tables(path, decoder=decoder, stats=st, progress=bar.update):
+            wifi.add(df)
+    return st, wifi
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     """Print what a capture holds; return the exit code."""
-    st = ingest_mod.scan_stats(args.file, decoder=args.decoder, progress=not args.quiet and not args.json)
+    st, wifi = _scan(args.file, args.decoder, progress=not args.quiet and not args.json)
     if args.json:
-        json.dump(st.as_dict(), sys.stdout, indent=2, default=str)
+        json.dump({**st.as_dict(), "wifi": wifi.as_dict() if wifi.frames else None}, sys.stdout, indent=2,
+                  default=str)
         print()
         return 0
     print(f"file: {safe_text(st.path)}")
@@ -79,12 +97,14 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(f"interface {itf['id']}: link type {lt} ({linktype_name(lt)}), snaplen {itf['snaplen']}{name}")
     for lt, n in sorted(st.linktypes.items()):
         print(f"link type {lt} ({linktype_name(int(lt))}): {n} records")
-    print(f"time span: {utc_text(st.first_ts_ns)} .. {utc_text(st.last_ts_ns)}"
+    print(f"time span: {utc_label(st.first_ts_ns)} .. {utc_label(st.last_ts_ns)}"
           + (f" ({(st.last_ts_ns - st.first_ts_ns) / 1e9:.6f} s)" if st.first_ts_ns is not None else ""))
     if st.rt_layouts:
         print("radiotap layouts (presence words: records):")
         for lay, n in st.rt_layouts.most_common():
             print(f"  {lay}: {n}")
+    for line in wifi.lines():
+        print(line)
     _print_counts(st)
     return 0
 

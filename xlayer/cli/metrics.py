@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 from xlayer.bundle.manifest import BundleError
-from xlayer.cli.common import add_timeline_options
+from xlayer.cli.common import add_bundle_argument, add_timeline_options
 from xlayer.signals import Stop, stop_on_signals
 
 HOST_ONLY = {"host_state"}      # tables read from host-state files alone (no packet capture needed)
@@ -104,7 +104,7 @@ def register(subparsers: Any) -> None:
         description="Read every capture of BUNDLE, put it on the reference clock (as `xlayer align`), and write "
         "each metric table to DIR/NAME.parquet with DIR/metrics.json documenting every column. "
         "`--list` names the tables.")
-    p.add_argument("bundle", metavar="BUNDLE", nargs="?", help="bundle directory (or its bundle.json)")
+    add_bundle_argument(p, optional=True)
     p.add_argument("-o", "--output", metavar="DIR", help="directory to write (created if missing)")
     p.add_argument("--tables", metavar="A,B", help="only these tables (default: all)")
     p.add_argument("--list", action="store_true", help="list the tables and what a row of each is")

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from xlayer.bundle.manifest import BundleError
-from xlayer.cli.common import add_timeline_options
+from xlayer.cli.common import add_bundle_argument, add_timeline_options
 from xlayer.signals import Stop, stop_on_signals
 
 
@@ -24,7 +24,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         with steps("report", args.quiet) as step:
             tl = open_from_args(args, step)
-            require_packets(tl)
+            kinds = {e.kind for e in tl.bundle.captures}
+            if kinds != {"tcp_state"}:      # host TCP state alone still has its cwnd and RTO panels
+                require_packets(tl)
             step("metric tables")
             tl.tables(progress=lambda name: step(f"table {name}"))
             step("analysis")
@@ -74,7 +76,7 @@ def register(subparsers: Any) -> None:
         "HTML page that works offline: goodput, station PHY rate/retries/airtime/RSSI, AP sojourn and drops, "
         "TCP retransmissions, host cwnd/srtt/rto beside the one-way delay, on linked time axes with the "
         "incident windows shaded, plus tables of incidents, flows, clock alignment and the bundle's tags.")
-    p.add_argument("bundle", metavar="BUNDLE", help="bundle directory (or its bundle.json)")
+    add_bundle_argument(p)
     p.add_argument("-o", "--output", metavar="FILE", default="report.html", help="page to write (default report.html)")
     p.add_argument("--title", help="page title (default: the bundle's directory name)")
     add_timeline_options(p)

@@ -10,6 +10,14 @@ removing the table files of an earlier run.  Writers of one directory take turns
 exclusive lock on the directory (``flock``) while it writes.  The manifest documents every table's
 columns (name, dtype, unit, meaning) and carries the clock alignment the tables are on.
 
+Times for SQL: beside every epoch time column goes the same instant as a ``Datetime("ns", "UTC")``
+column, named by one rule: ``NAME_ns`` -> ``NAME_utc`` (``ts_ns`` -> ``ts_utc``, ``bin_start_ns`` ->
+``bin_start_utc``), so DuckDB, polars or pyarrow filter a time range without converting.  An epoch time
+is a column the schema declares integer with unit ``ns`` and names ``ts_ns``, ``ts_local_ns`` or
+``*_ts_ns``, ``*_start_ns``, ``*_end_ns``; other ``ns`` columns (``rtt_ns``, ``owd_ns``, ``sojourn_ns``,
+``bin_ns``...) are durations and get none.  The Int64 columns stay: they are the exact values the
+tables are computed on.  The manifest documents the added columns too.
+
 `whole_file` and `OutputError` are the same machinery for any single output file (the HTML report).
 """
 from __future__ import annotations
@@ -26,10 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pyarrow.parquet as pq
 
 from xlayer.metrics import table_names
-from xlayer.metrics.schema import DOCS, REGISTRY
+from xlayer.metrics.schema import DOCS, REGISTRY, Column
 from xlayer.signals import deferred, process_alive
 from xlayer.timeline import Timeline
 from xlayer.timeline.open import read_notes
@@ -141,10 +150,52 @@ def _locked(directory: Path, progress: Callable[[str], None] | None) -> Iterator
             os.close(fd)        # releases the lock
 
 
+UTC_DTYPE = pl.Datetime("ns", "UTC")
+# Names of epoch instants (the schema's unit alone, "ns", does not tell an instant from a duration).
+_EPOCH_NAME = re.compile(r"^(?:ts|ts_local|.+_ts|.+_start|.+_end)_ns$")
+
+
+def is_epoch_time(c: Column) -> bool:
+    """Return whether column `c` holds epoch instants in integer nanoseconds (not a duration)."""
+    return c.unit == "ns" and c.dtype.is_integer() and _EPOCH_NAME.match(c.name) is not None
+
+
+def utc_name(name: str) -> str:
+    """Return the name of the Datetime column written beside epoch time column `name` (`ts_ns` -> `ts_utc`)."""
+    return name.removesuffix("_ns") + "_utc"
+
+
+def _written_columns(name: str) -> list[tuple[Column, str | None]]:
+    """Return the columns of table `name` as written, each with the epoch column a UTC twin is made from."""
+    out: list[tuple[Column, str | None]] = []
+    for c in REGISTRY[name]:
+        out.append((c, None))
+        if is_epoch_time(c):
+            out.append((Column(utc_name(c.name), UTC_DTYPE, "", f"{c.name} as a UTC timestamp (the same instant)"),
+                        c.name))
+    return out
+
+
+def parquet_schema(name: str) -> dict[str, pl.DataType]:
+    """Return {column: dtype} of table `name` as `write_metrics` writes it (the schema's, plus UTC twins)."""
+    return {c.name: c.dtype for c, _ in _written_columns(name)}
+
+
+def with_utc_times(name: str, df: pl.DataFrame) -> pl.DataFrame:
+    """Return table `name` as written: a `Datetime("ns", "UTC")` column beside each epoch time column."""
+    return df.select(pl.col(src).cast(UTC_DTYPE).alias(c.name) if src is not None else pl.col(c.name)
+                     for c, src in _written_columns(name))
+
+
+def without_utc_times(name: str, df: pl.DataFrame) -> pl.DataFrame:
+    """Return a table read back from Parquet without the UTC twins `with_utc_times` added."""
+    return df.drop([utc_name(c.name) for c in REGISTRY[name] if is_epoch_time(c)], strict=False)
+
+
 def table_doc(name: str) -> dict[str, Any]:
-    """Return a table's documentation: what a row is, and each column's dtype, unit and meaning."""
+    """Return a table's documentation: what a row is, and each written column's dtype, unit and meaning."""
     return {"row": DOCS.get(name, ""), "columns": [
-        {"name": c.name, "dtype": str(c.dtype), "unit": c.unit, "doc": c.doc} for c in REGISTRY[name]]}
+        {"name": c.name, "dtype": str(c.dtype), "unit": c.unit, "doc": c.doc} for c, _ in _written_columns(name)]}
 
 
 def _start(outdir: Path, man: dict[str, Any], written: Written) -> None:
@@ -167,7 +218,7 @@ def _put_table(outdir: Path, name: str, df: Any, man: dict[str, Any], written: W
     target = outdir / f"{name}.parquet"
     with whole_file(target) as tmp:
         # pyarrow's writer reports a full disk as OSError (polars would wrap it in ComputeError).
-        pq.write_table(df.to_arrow(), str(tmp), compression="zstd")
+        pq.write_table(with_utc_times(name, df).to_arrow(), str(tmp), compression="zstd")
         with deferred():
             os.replace(tmp, target)
             man["tables"][name] = {"file": target.name, "rows": df.height, **table_doc(name)}

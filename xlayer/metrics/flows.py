@@ -340,12 +340,16 @@ def flow_series(prep: Prepared, bin_ns: int, max_gap_ns: int = SERIES_MAX_GAP_NS
                 pl.col("payload").sum().alias("payload_bytes"), pl.col("new_payload").sum().alias("goodput_bytes"))
             .sort("fid", "bin_start_ns"))
     # Empty bins after each busy one up to the next; past max_gap only the bins at the gap's two ends.
-    nxt = pl.col("bin_start_ns").shift(-1).over("fid")
+    # The next busy bin is a column before any filter: a shift evaluated after one would see only the
+    # rows kept (the next long gap, or null at the last), which put null bin starts in the table.
+    sums = sums.with_columns(pl.col("bin_start_ns").shift(-1).over("fid").alias("_next"))
+    nxt = pl.col("_next")
     first = pl.col("bin_start_ns") + bin_ns
     long_gap = (nxt - pl.col("bin_start_ns")) > max_gap_ns
     stop = pl.when(nxt.is_null()).then(first).when(long_gap).then(first + bin_ns).otherwise(nxt)
     gaps = sums.select("fid", pl.int_ranges(first, stop, bin_ns).alias("bin_start_ns"))
     tail = sums.filter(long_gap.fill_null(False)).select("fid", (nxt - bin_ns).alias("bin_start_ns"))
+    sums = sums.drop("_next")
     empty = pl.concat([gaps.explode("bin_start_ns").drop_nulls(), tail]).unique()
     out = pl.concat([sums, empty.join(sums.select("fid", "bin_start_ns"), on=["fid", "bin_start_ns"], how="anti")],
                     how="diagonal").with_columns(pl.col("packets", "bytes", "payload_bytes", "goodput_bytes")

@@ -13,12 +13,20 @@ Every text that may come from a capture or a manifest (SSIDs, station, flow and 
 notes, tags) is HTML-escaped before it reaches the page; plot text is drawn on a canvas by Bokeh.
 Long series are binned (percentiles per bin for queue sojourn, maximum per bin for one-way delay)
 so no glyph holds more than `MAX_POINTS` points and a million-packet bundle gives a page of a few MB.
+
+Rows without a time (null or not finite) are left out of every panel, so no axis stretches to the
+year 1677 (a null cast to an integer); a numeric warning raised while a panel is drawn becomes a note
+on the page, not text on the terminal.  Every number the page shows of the analysis is the value
+`xlayer analyze --json` prints (confidences rounded as there), and a rate says what it measures:
+offered (at the first capture on the flow's path), forwarded (a capture between, or an air capture
+seeing the transmissions) or delivered (the last wired capture on the path), over which span.
 """
 from __future__ import annotations
 
 import html
 import math
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +85,8 @@ class _Ctx:
     tl: Any
     x_range: Any
     incidents: list[Incident]
+    flows: list[dict[str, Any]] = field(default_factory=list)     # the analysis' data flows
+    roles: dict[tuple[str, str], str] = field(default_factory=dict)   # (flow, capture_file) -> flow_roles
     t_min: float = math.inf            # ms, extent of everything drawn
     t_max: float = -math.inf
     notes: list[str] = field(default_factory=list)
@@ -112,25 +122,49 @@ def _num(v: Any) -> str:
     return str(v)
 
 
+def conf_text(c: float) -> str:
+    """Return a confidence as `xlayer analyze --json` prints it (rounded to 3 places)."""
+    return str(round(float(c), 3))
+
+
+# a number's unit, from its key's ending: (ending, unit, scale to that unit)
+_UNITS = (("_mbps", "Mbit/s", 1.0), ("_bps", "Mbit/s", 1e-6), ("_ms", "ms", 1.0), ("_us", "µs", 1.0),
+          ("_db", "dB", 1.0), ("_dbm", "dBm", 1.0))
+
+
+def label(key: str) -> str:
+    """Return a JSON key written for a person: underscores as spaces, a unit ending as its unit in brackets."""
+    k = str(key)
+    for end, unit, _ in _UNITS:
+        if k.endswith(end):
+            return f"{k[:-len(end)].replace('_', ' ')} ({unit})"
+    if k.endswith("_ns"):
+        return f"{k[:-3].replace('_', ' ')} (ms)"
+    if k.endswith("_s") and k not in ("start_s", "end_s"):
+        return f"{k[:-2].replace('_', ' ')} (s)"
+    return k.replace("_", " ")
+
+
 def _value(key: str, v: Any) -> str:
     """Return one named value written for a person: bit/s as Mbit/s, ns as ms, epoch seconds as UTC time."""
     k = str(key)
     if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        if k.endswith("_bps"):
-            return f"{v / 1e6:.3g} Mbit/s"
+        for end, _, scale in _UNITS:
+            if k.endswith(end):
+                return _num(float(v) * scale)
         if k.endswith("_ns") and abs(v) < 1e12:
-            return f"{v / 1e6:.3g} ms"
+            return _num(v / 1e6)
         if (k in ("start", "end", "first", "last") or k.endswith(("_s", "_time"))) and 1e9 <= v < 1e10:
             return utc_text(v * NS, 3)
     return _flat(v)
 
 
 def _flat(v: Any, depth: int = 0) -> str:
-    """Return a dict/list/scalar as one line of plain text (numbers formatted)."""
+    """Return a dict/list/scalar as one line of plain text (keys as `label`s, numbers formatted)."""
     if isinstance(v, dict):
         if depth > 2:
             return "{…}"
-        return "; ".join(f"{k}: {_value(k, x) if not isinstance(x, (dict, list)) else _flat(x, depth + 1)}"
+        return "; ".join(f"{label(k)}: {_value(k, x) if not isinstance(x, (dict, list)) else _flat(x, depth + 1)}"
                          for k, x in v.items())
     if isinstance(v, (list, tuple)):
         return ", ".join(_flat(x, depth + 1) for x in v)
@@ -159,10 +193,22 @@ def _ms(ns: np.ndarray) -> np.ndarray:
     return np.asarray(ns, dtype=np.float64) / 1e6
 
 
+def _timed(df: pl.DataFrame, col: str) -> pl.DataFrame:
+    """Return the rows of df whose time column is set (a null time has no place on the axis)."""
+    return df.filter(pl.col(col).is_not_null()) if col in df.columns else df
+
+
 def _gapped(x_ns: np.ndarray, y: np.ndarray, gap_ns: int) -> tuple[np.ndarray, np.ndarray]:
-    """Return x (ms) and y with NaN inserted where consecutive points are over gap_ns apart (a line break)."""
-    x_ns = np.asarray(x_ns, dtype=np.int64)
+    """Return x (ms) and y with NaN inserted where consecutive points are over gap_ns apart (a line break).
+
+    Points without a finite time are dropped: cast to an integer they would be the year 1677."""
+    x_ns = np.asarray(x_ns)
     y = np.asarray(y, dtype=np.float64)
+    if x_ns.dtype.kind == "f":
+        ok = np.isfinite(x_ns)
+        x_ns, y = x_ns[ok].astype(np.int64), y[ok]
+    else:
+        x_ns = x_ns.astype(np.int64)
     if len(x_ns) < 2:
         return _ms(x_ns), y
     cut = np.nonzero(np.diff(x_ns) > gap_ns)[0] + 1
@@ -202,6 +248,35 @@ def _vantage_of(tl: Any, capture_file: str) -> str:
         if e.file == capture_file:
             return e.vantage
     return capture_file
+
+
+ROLES = {"offered": "offered: at the first capture on the flow's path (what its sender put on it)",
+         "forwarded": "forwarded: at a capture between the sender and the last capture",
+         "forwarded on the air": "forwarded on the air: the transmissions an air capture saw (not what arrived)",
+         "delivered": "delivered: at the last capture on the flow's path"}
+
+
+def flow_roles(tl: Any) -> dict[tuple[str, str], str]:
+    """Return {(flow, capture_file): role}: what a rate of the flow measured at that capture is (`ROLES`).
+
+    The path order is the `owd` table's (upstream -> downstream pairs of captures); a flow seen at one
+    capture only, or never matched between two, has no role: its rate is what that capture saw.
+    """
+    owd = _table_or_empty(tl, "owd")
+    if owd.is_empty():
+        return {}
+    pairs = owd.select("flow", "capture_file_a", "capture_file_b").unique()
+    ends = pl.concat([
+        pairs.select("flow", pl.col("capture_file_a").alias("capture_file"), pl.lit(True).alias("up"),
+                     pl.lit(False).alias("down")),
+        pairs.select("flow", pl.col("capture_file_b").alias("capture_file"), pl.lit(False).alias("up"),
+                     pl.lit(True).alias("down"))])
+    at = ends.group_by("flow", "capture_file").agg(pl.col("up").any(), pl.col("down").any())
+    air = [e.file for e in tl.bundle.captures if e.kind == "air"]
+    role = (pl.when(~pl.col("down")).then(pl.lit("offered"))
+            .when(pl.col("capture_file").is_in(air)).then(pl.lit("forwarded on the air"))
+            .when(~pl.col("up")).then(pl.lit("delivered")).otherwise(pl.lit("forwarded")))
+    return {(f, c): r for f, c, r in at.select("flow", "capture_file", role.alias("r")).iter_rows()}
 
 
 def network_names(tl: Any) -> list[dict[str, Any]]:
@@ -289,13 +364,19 @@ def _shade(ctx: _Ctx, p: Any, label: bool) -> None:
 
 
 def _panel_goodput(ctx: _Ctx) -> Any:
-    fs = _table_or_empty(ctx.tl, "flow_series")
+    fs = _timed(_table_or_empty(ctx.tl, "flow_series"), "bin_start_ns")
     if fs.is_empty():
         raise _NoData("no flow carried IP packets in any capture")
-    # One capture per flow, the one that saw the most new payload (where the flow is best seen).
-    tot = (fs.group_by("flow", "capture_file", "vantage").agg(pl.col("goodput_bytes").sum().alias("g"))
-           .sort(["flow", "g"], descending=[False, True]).unique("flow", keep="first", maintain_order=True)
-           .sort("g", descending=True))
+    # One capture per flow: the one the analysis read it at (its flows table), else the one that saw
+    # the most new payload (where the flow is best seen).
+    per = fs.group_by("flow", "capture_file", "vantage").agg(pl.col("goodput_bytes").sum().alias("g"))
+    read = pl.DataFrame([{"flow": str(f["flow"]), "capture_file": str(f["capture_file"])} for f in ctx.flows
+                         if f.get("flow") is not None and f.get("capture_file") is not None],
+                        schema={"flow": pl.String, "capture_file": pl.String})
+    chosen = per.join(read, on=["flow", "capture_file"], how="semi")
+    rest = (per.filter(~pl.col("flow").is_in(chosen["flow"].implode()))
+            .sort(["flow", "g"], descending=[False, True]).unique("flow", keep="first", maintain_order=True))
+    tot = pl.concat([chosen, rest]).sort(["g", "flow"], descending=[True, False])
     top = float(tot["g"].max() or 0)
     if top <= 0:
         raise _NoData("no flow carried payload (goodput is zero everywhere)")
@@ -316,8 +397,10 @@ def _panel_goodput(ctx: _Ctx) -> Any:
             s = (s.with_columns((pl.col("bin_start_ns") // w * w).alias("bin_start_ns"))
                  .group_by("bin_start_ns").agg(pl.col("goodput_bps").mean()).sort("bin_start_ns"))
         x = s["bin_start_ns"].to_numpy() + w // 2
-        rs.append(_line(ctx, p, x, s["goodput_bps"].to_numpy() / 1e6, f"{r['flow']} @ {r['vantage']}",
-                        PALETTE[i % len(PALETTE)], gap_ns=20 * NS))
+        role = ctx.roles.get((r["flow"], r["capture_file"]))
+        name = f"{r['flow']} @ {r['vantage']}" + (f" ({role})" if role else "")
+        rs.append(_line(ctx, p, x, s["goodput_bps"].to_numpy() / 1e6, name, PALETTE[i % len(PALETTE)],
+                        gap_ns=20 * NS))
     _hover(p, rs, "0.00", "Mbit/s")
     p.y_range.start = 0
     return p
@@ -327,7 +410,7 @@ def _stations(ctx: _Ctx) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Return station_series and the stations drawn (largest first) with their labels; raise _NoData."""
     if not ctx.tl.entries("air"):
         raise _NoData("the bundle has no air (802.11 radio) capture")
-    ss = _table_or_empty(ctx.tl, "station_series")
+    ss = _timed(_table_or_empty(ctx.tl, "station_series"), "bin_start_ns")
     if ss.is_empty():
         raise _NoData("no station exchanged frames with an AP in the air capture(s)")
     many = ss["capture_file"].n_unique() > 1
@@ -368,10 +451,21 @@ def _station_panel(ctx: _Ctx, key: str, col: str, y_label: str, scale: float, ho
     return p
 
 
+def _incident_drops(ctx: _Ctx) -> list[tuple[int, str]]:
+    """Return (incident number, text) for incidents whose queue-overflow evidence counted AP drops, with its span."""
+    out = []
+    for i, inc in enumerate(ctx.incidents, 1):
+        for c in inc.findings:
+            n = c.numbers or {}
+            if c.cause == "ap_queue_overflow" and isinstance(n.get("offered"), int) and "span_s" in n:
+                out.append((i, f"{n['dropped']:,} of {n['offered']:,} in the {n['span_s']:.1f} s its evidence counts"))
+    return out
+
+
 def _panel_sojourn(ctx: _Ctx) -> Any:
     from bokeh.models import ColumnDataSource, LinearAxis, Range1d
 
-    dl = _table_or_empty(ctx.tl, "downlink")
+    dl = _timed(_table_or_empty(ctx.tl, "downlink"), "ts_ns")
     if dl.is_empty():
         raise _NoData("no downlink packet could be followed from the AP's wired side to the air "
                       "(the bundle needs the AP's wired capture and an air capture)")
@@ -384,8 +478,11 @@ def _panel_sojourn(ctx: _Ctx) -> Any:
     w = _width(span, ctx.tl.bin_ns, 5000)
     title = PANELS["sojourn"]
     n_drop = int((lost["fate"] == "dropped_at_ap").sum())
-    title += (f" ({n_drop:,} of {dl.height:,} downlink packets dropped at the AP)" if n_drop
-              else f" (none of {dl.height:,} downlink packets dropped at the AP)")
+    whole = (f"over the whole capture, {utc_text(int(t.min()), 1)} to {utc_text(int(t.max()), 1)}"
+             if len(t) else "")
+    title += (f" ({n_drop:,} of {dl.height:,} downlink packets dropped at the AP {whole}"
+              if n_drop else f" (none of {dl.height:,} downlink packets dropped at the AP {whole}")
+    title += "".join(f"; #{i}: {c}" for i, c in _incident_drops(ctx)) + ")"
     p = _figure(ctx, "sojourn", "sojourn (ms)", title)
     rs = []
     if not soj.is_empty():
@@ -430,7 +527,7 @@ DELAY_PARTS = (("wired_ns", "#7f7f7f", "wired path"), ("queue_load_ns", "#1f77b4
 def _panel_delay(ctx: _Ctx) -> Any:
     from bokeh.models import ColumnDataSource
 
-    d = _table_or_empty(ctx.tl, "delay")
+    d = _timed(_table_or_empty(ctx.tl, "delay"), "ts_ns")
     if d.is_empty():
         raise _NoData("no downlink packet was followed from the AP's wired side to its last transmission "
                       "(the bundle needs the AP's wired capture and an air capture)")
@@ -482,7 +579,7 @@ def _nearest_sender(ctx: _Ctx, rt: pl.DataFrame) -> pl.DataFrame:
 def _panel_retrans(ctx: _Ctx) -> Any:
     from bokeh.models import ColumnDataSource
 
-    rt = _table_or_empty(ctx.tl, "retransmissions")
+    rt = _timed(_table_or_empty(ctx.tl, "retransmissions"), "ts_ns")
     if rt.is_empty():
         raise _NoData("no TCP segment was retransmitted in any capture")
     rt = _nearest_sender(ctx, rt)
@@ -526,7 +623,7 @@ def _sockets(ctx: _Ctx) -> tuple[pl.DataFrame, list[tuple[str, str]]]:
 
 def _host_line(ctx: _Ctx, p: Any, s: pl.DataFrame, col: str, scale: float, label: str, color: str,
                **kw: Any) -> Any | None:
-    s = s.filter(pl.col(col).is_not_null()).sort("ts_ns")
+    s = _timed(s.filter(pl.col(col).is_not_null()), "ts_ns").sort("ts_ns")
     if s.is_empty():
         return None
     t = s["ts_ns"].to_numpy()
@@ -631,7 +728,7 @@ def _panel_rto(ctx: _Ctx) -> Any:
             no_owd.append(f)
             continue
         o, where = got
-        o = o.filter(pl.col("owd_ns").is_not_null()).sort("ts_ns")
+        o = o.filter(pl.col("owd_ns").is_not_null() & pl.col("ts_ns").is_not_null()).sort("ts_ns")
         label = f"one-way delay {where}"
         if o.height > MAX_POINTS:
             # The largest delay of a bin is what meets the RTO: keep the maximum per bin.
@@ -704,17 +801,21 @@ def _incidents_html(analysis: Analysis, t0_ns: int | None) -> str:
     for i, inc in enumerate(analysis.incidents, 1):
         color = CAUSE_COLORS.get(inc.cause or "", "#999999")
         rel = "" if t0_ns is None else f"<br><span class=dim>+{(inc.start_ns - t0_ns) / NS:.2f} s</span>"
-        others = ", ".join(f"{esc(c.cause)} {c.confidence:.2f}" for c in inc.findings[1:]) or "-"
+        others = ", ".join(f"{esc(c.cause)} {conf_text(c.confidence)}" for c in inc.findings[1:]) or "-"
         top = inc.findings[0] if inc.findings else None
         ev = []
         for c in inc.findings:
             nums = esc(_flat(c.numbers)) if c.numbers else ""
             who = ", ".join(esc(x) for x in [*c.stations, *c.flows])
-            ev.append(f"<li><b>{esc(c.cause)}</b> ({c.confidence:.2f}): {esc(c.summary)}"
+            # the JSON's "because" repeats the explaining cause's summary, shown beside it already
+            why = (f"<br><span class=dim>a consequence: explained by {esc(c.explained_by)}</span>"
+                   if c.explained_by else "")
+            ev.append(f"<li><b>{esc(c.cause)}</b> ({conf_text(c.confidence)}): {esc(c.summary)}" + why
                       + (f"<br><span class=dim>{nums}</span>" if nums else "")
                       + (f"<br><span class=dim>concerns: {who}</span>" if who else "")
                       + (f"<br>{_frames_html(c.frames)}" if c.frames else "") + "</li>")
-        drop = "".join(f"<li>{esc(k)}: {esc(_value(k, v))}</li>" for k, v in inc.drop.items())
+        drop = "".join(f"<li>{esc(k)}: {esc(_flat(v) if isinstance(v, dict) else _value(k, v))}</li>"
+                       for k, v in inc.drop.items())
         detail = (f"<details><summary>{esc(top.summary) if top else 'no cause found evidence'}</summary>"
                   f"<ul>{''.join(ev)}</ul>" + (f"<p class=dim>drop per flow:</p><ul>{drop}</ul>" if drop else "")
                   + "</details>")
@@ -722,7 +823,7 @@ def _incidents_html(analysis: Analysis, t0_ns: int | None) -> str:
                      f"{esc(utc_text(inc.start_ns, 3))}{rel}",
                      f"{(inc.end_ns - inc.start_ns) / NS:.2f}",
                      esc(inc.kind),
-                     f"<b>{esc(inc.cause or 'unexplained')}</b> {inc.confidence:.2f}",
+                     f"<b>{esc(inc.cause or 'unexplained')}</b> {conf_text(inc.confidence)}",
                      others,
                      "<br>".join(esc(f) for f in inc.flows),
                      "<br>".join(esc(s) for s in inc.stations) or "-",
@@ -732,6 +833,7 @@ def _incidents_html(analysis: Analysis, t0_ns: int | None) -> str:
 
 
 def _generic_html(rows: Sequence[dict[str, Any]], limit: int = 50) -> str:
+    """Return rows of dicts as a table: headers are the keys as `label`s (units in brackets)."""
     if not rows:
         return "<p>-</p>"
     keys: list[str] = []
@@ -741,7 +843,38 @@ def _generic_html(rows: Sequence[dict[str, Any]], limit: int = 50) -> str:
                 keys.append(k)
     body = [[esc(_value(k, r.get(k, ""))) for k in keys] for r in rows[:limit]]
     more = f"<p class=dim>… {len(rows) - limit} more not shown</p>" if len(rows) > limit else ""
-    return _table(keys, body) + more
+    return _table([label(k) for k in keys], body) + more
+
+
+def mbit(bps: Any) -> str:
+    """Return a bit rate in Mbit/s with two decimals, as the flows table shows it ("-" when unknown)."""
+    if not isinstance(bps, (int, float)) or isinstance(bps, bool) or not math.isfinite(bps):
+        return "-"
+    return f"{bps / 1e6:,.2f}"
+
+
+def _flows_html(flows: Sequence[dict[str, Any]], roles: dict[tuple[str, str], str], limit: int = 50) -> str:
+    """Return the analysis' data flows as a table: where each was read, what its rate is, over which span."""
+    if not flows:
+        return "<p>-</p>"
+    rows = []
+    for f in flows[:limit]:
+        role = roles.get((f.get("flow"), f.get("capture_file")))
+        start, end = f.get("start"), f.get("end")
+        span = (f"{end - start:.2f}" if isinstance(start, (int, float)) and isinstance(end, (int, float)) else "-")
+        rows.append([esc(f.get("flow", "")),
+                     esc(f.get("vantage") or "-") + (f"<br><span class=dim>{esc(f['capture_file'])}</span>"
+                                                      if f.get("capture_file") else ""),
+                     esc(ROLES.get(role, "as this capture saw it (no other capture matched the flow)")),
+                     esc(f.get("station") or "-"),
+                     esc(_value("start", start)) if start is not None else "-",
+                     span, mbit(f.get("goodput_bps")),
+                     esc(_num(f["packets"])) if isinstance(f.get("packets"), int) else "-"])
+    more = f"<p class=dim>… {len(flows) - limit} more not shown</p>" if len(flows) > limit else ""
+    return ("<p class=dim>The flows drop detection read, each at one capture: goodput is new payload over "
+            "the flow's first to last packet there.</p>"
+            + _table(["flow", "measured at", "rate measured", "station", "first packet (UTC)", "over (s)",
+                      "goodput (Mbit/s)", "packets"], rows, "flows") + more)
 
 
 def _alignment_html(tl: Any) -> str:
@@ -832,7 +965,11 @@ def render_report(tl: Any, analysis: Analysis, *, title: str | None = None,
     from bokeh.resources import INLINE
 
     step = progress or (lambda s: None)
-    ctx = _Ctx(tl=tl, x_range=Range1d(0, 1), incidents=list(analysis.incidents))
+    ctx = _Ctx(tl=tl, x_range=Range1d(0, 1), incidents=list(analysis.incidents), flows=list(analysis.flows))
+    try:
+        ctx.roles = flow_roles(tl)
+    except Exception as exc:  # noqa: BLE001 - a label must not cost the whole page
+        ctx.notes.append(f"flow roles could not be read: {type(exc).__name__}: {exc}")
     step("network names")
     try:
         nets = network_names(tl)
@@ -843,10 +980,19 @@ def render_report(tl: Any, analysis: Analysis, *, title: str | None = None,
     for key, make in _panels(ctx):
         step(f"panel: {key}")
         try:
-            fig = make()
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                fig = make()
         except _NoData as why:
             omitted[PANELS[key]] = str(why)
             continue
+        finally:
+            # A numeric warning is a flaw of this panel's data: the page says so, the terminal stays clean.
+            for w in said:
+                if issubclass(w.category, RuntimeWarning):
+                    ctx.notes.append(f"{PANELS[key]}: {w.category.__name__}: {w.message}")
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         figs.append(fig)
         drawn.append(PANELS[key])
     for inc in ctx.incidents:
@@ -875,7 +1021,7 @@ def render_report(tl: Any, analysis: Analysis, *, title: str | None = None,
     page = file_html(root, resources=INLINE, title=title, template=TEMPLATE, template_variables={
         "css": CSS, "header": _header_html(tl, analysis, nets, t0, t1, title),
         "incidents": _incidents_html(analysis, t0), "has_panels": True, "omitted": omitted_html,
-        "flows": _generic_html(analysis.flows), "alignment": _alignment_html(tl), "notes": notes_html})
+        "flows": _flows_html(analysis.flows, ctx.roles), "alignment": _alignment_html(tl), "notes": notes_html})
     return page, drawn, omitted, notes
 
 

@@ -4,8 +4,10 @@ With an air capture, the cross-layer join says which downlink packets the AP dro
 wired side, never on the air, and no ACK or Block Ack shows the sniffer merely missed them).
 Without one, packets lost between two wired captures on the path (a router's input and output)
 are the same evidence.  The numbers: packets dropped of those offered, per station, the sojourn
-time of those that got through (p95), and for each UDP flow to an affected station its offered rate
-beside what the station actually took in the window (its airtime-limited capacity).
+time of those that got through (p95), and for each UDP flow to an affected station three rates over
+the same span (the window and `LEAD_NS` before it): offered (reached the AP's wired side), forwarded
+(the AP transmitted it on the air) and delivered (acknowledged by the station), beside everything the
+station was delivered (its airtime-limited capacity).
 """
 from __future__ import annotations
 
@@ -46,29 +48,47 @@ def _air(ctx: Context, w: Window) -> CauseFinding | None:
     if conf <= 0:
         return None
     secs = max((e - s) / NS, 1e-9)
-    per_station = {st: c for st, c in dropped.group_by("station").len().iter_rows() if st is not None}
+    # in station order: group_by's order varies between runs, and the text names the first UDP flow
+    per_station = {st: c for st, c in dropped.group_by("station").len().sort("station").iter_rows() if st is not None}
     soj = dl.filter(pl.col("sojourn_ns").is_not_null())["sojourn_ns"]
     p95 = float(soj.quantile(0.95)) / 1e6 if soj.len() else None
     udp = []
     for st in per_station:
         to_st = dl.filter(pl.col("station") == st)
         delivered_bps = float(to_st.filter(pl.col("fate") == "delivered")["ip_len"].cast(pl.Float64).sum()) * 8 / secs
-        for flow, offered in (to_st.filter(pl.col("flow").str.starts_with("udp "))
-                              .group_by("flow").agg(pl.col("ip_len").cast(pl.Float64).sum()).iter_rows()):
+        for flow, offered, forwarded, delivered in _udp_bytes(to_st).iter_rows():
             udp.append({"flow": flow, "station": st, "offered_bps": offered * 8 / secs,
+                        "forwarded_bps": forwarded * 8 / secs, "delivered_bps": delivered * 8 / secs,
                         "station_delivered_bps": delivered_bps})
     worst = max(per_station, key=per_station.get) if per_station else None
+    # The span is said: the report's AP queue panel counts the whole capture, this the window only.
     text = (f"AP dropped {n:,} of {dl.height:,} downlink packets"
             + (f" ({per_station[worst]:,} to {worst})" if worst else "")
+            + f" in {secs:.1f} s (the incident and {LEAD_NS / NS:g} s before it)"
             + (f"; sojourn p95 {p95:.0f} ms" if p95 is not None else ""))
     for u in udp[:1]:
-        text += (f"; UDP {mbps(u['offered_bps'])} to {u['station']} exceeds the "
-                 f"{mbps(u['station_delivered_bps'])} the station took in (airtime-limited)")
+        text += (f"; {u['flow']} over that span: offered {mbps(u['offered_bps'])} at the AP's wired side, "
+                 f"forwarded {mbps(u['forwarded_bps'])} on the air, delivered {mbps(u['delivered_bps'])}; "
+                 f"all traffic delivered to {u['station']}: {mbps(u['station_delivered_bps'])} (airtime-limited)")
     return CauseFinding(NAME, conf, text,
-                        {"dropped": n, "offered": dl.height, "dropped_per_station": per_station,
+                        {"dropped": n, "offered": dl.height, "span_s": secs, "dropped_per_station": per_station,
                          "sojourn_p95_ms": p95, "udp": udp},
                         stations=sorted(per_station), flows=sorted(dropped["flow"].drop_nulls().unique().to_list()),
                         frames=frames(dropped, "dropped at the AP (wired side)"))
+
+
+def _udp_bytes(to_st: pl.DataFrame) -> pl.DataFrame:
+    """Return (flow, offered, forwarded, delivered) IP bytes of each UDP flow in downlink rows to one station.
+
+    Offered: every packet seen on the AP's wired side; forwarded: those the AP transmitted (ACKed,
+    never ACKed, or missed by the sniffer but confirmed); delivered: those the station acknowledged.
+    """
+    size = pl.col("ip_len").cast(pl.Float64)
+    sent = pl.col("fate").is_in(["delivered", "air_unacked", "sniffer_missed"])
+    return (to_st.filter(pl.col("flow").str.starts_with("udp "))
+            .group_by("flow", maintain_order=True)
+            .agg(size.sum().alias("offered"), size.filter(sent).sum().alias("forwarded"),
+                 size.filter(pl.col("fate") == "delivered").sum().alias("delivered")))
 
 
 def _wired(ctx: Context, w: Window) -> CauseFinding | None:

@@ -213,8 +213,12 @@ def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
         return None
     failed = att.filter(~pl.col("acked").fill_null(True) & pl.col("retry"))
     top = max(bursts, key=bursts.get) if bursts else None
-    burst = (f", {top} {bursts[top]:.0%} at its worst {LEAD_NS / 1e9:g} s"
-             if top is not None and bursts[top] > float(worst["rf"]) + 0.05 else "")
+    if top is not None and bursts[top] > float(worst["rf"]) + 0.05:
+        # the worst station's own burst needs no second name
+        who = "" if top == worst["station"] else f"{top} "
+        burst = f", {who}{bursts[top]:.0%} at its worst {LEAD_NS / 1e9:g} s"
+    else:
+        burst = ""
     text = (f"{int(att['retry'].sum()):,} of {att.height:,} transmissions were MAC retries "
             f"({rf:.0%}; {worst['station']} {worst['rf']:.0%}{burst})"
             + (f", against {rf_out:.0%} outside the drops" if rf_out is not None else ""))

@@ -3,7 +3,9 @@
 Study 003's finding: MAC retransmissions (or any delay spike) push one-way delay above the RTO; the
 sender times out, retransmits what was delivered, and collapses its window.  Evidence: retransmissions
 the TCP analysis classed spurious (a receiver-side capture saw the original, D-SACK, or the Eifel
-TSecr echo) whose trigger was a timeout, with the RTO estimate and the one-way delay of the window.
+TSecr echo) whose trigger was a timeout, with the RTO and the one-way delay of the window.  The text
+names one RTO: the host's (smallest sampled in the window) when a tcp_state capture has it, else the
+capture's estimate, and says which.
 """
 from __future__ import annotations
 
@@ -45,14 +47,16 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     conf = clip01(0.75 + 0.05 * min(episodes, 3) + 0.03 * min(n, 5))
 
     text = f"{n} spurious retransmission{'s' if n != 1 else ''} after {episodes} timeout{'s' if episodes != 1 else ''}"
-    if owd_max is not None and (host_rto_ms or rto_ms):
-        text += f"; one-way delay reached {owd_max:.0f} ms against an RTO of {(host_rto_ms or rto_ms):.0f} ms"
+    named_rto = owd_max is not None and bool(host_rto_ms or rto_ms)
+    if named_rto:
+        text += f"; one-way delay reached {owd_max:.0f} ms against {_rto_text(host_rto_ms, rto_ms)}"
     # Each deciding method once, with its count ("decided by receiver_capture x140, dsack x10"); a single
-    # retransmission keeps its whole reasoning.  The numbers keep the counts per method and trigger and one
-    # example of the reasoning, not one entry per retransmission.
+    # retransmission keeps its whole reasoning unless the sentence already names an RTO (the reasoning
+    # quotes the capture's estimate: one RTO per sentence).  The numbers keep the counts per method and
+    # trigger and one example of the reasoning, not one entry per retransmission.
     methods = method_counts(sp)
     if n == 1 and sp["method"][0] is not None:
-        text += f" (decided by {sp['method'][0]})"
+        text += f" (decided by {next(iter(methods)) if named_rto else sp['method'][0]})"
     elif methods:
         text += f" (decided by {', '.join(f'{k} x{v}' for k, v in methods.items())})"
     triggers = dict(sp.group_by("trigger").len().sort(["len", "trigger"], descending=[True, False]).iter_rows())
@@ -66,6 +70,13 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
                          "triggers": triggers, "method_example": example[0] if example.len() else None},
                         stations=ctx.stations_of(sorted(sp["flow"].unique().to_list())),
                         flows=sorted(sp["flow"].unique().to_list()), frames=ex)
+
+
+def _rto_text(host_rto_ms: float | None, rto_ms: float | None) -> str:
+    """Return the one RTO a sentence names: the host's sampled one if any, else the capture's estimate, labelled."""
+    if host_rto_ms:
+        return f"the host's smallest sampled RTO, {host_rto_ms:.0f} ms"
+    return f"the RTO estimated from the capture (no host sample), {rto_ms:.0f} ms"
 
 
 def method_counts(sp: pl.DataFrame) -> dict[str, int]:

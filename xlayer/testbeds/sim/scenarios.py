@@ -252,7 +252,8 @@ def baseline(seconds: float) -> Scenario:
 
 
 @scenario("steady", "802.11g, one station 5 m from the AP at a constant 24 Mbit/s, one TCP download: "
-          "level goodput, nothing to attribute (the shipped baseline sample)", 3.5)
+          "level goodput, nothing to attribute (shipped as samples/sim-baseline, not the `baseline` "
+          "scenario)", 3.5)
 def steady(seconds: float) -> Scenario:
     # The baseline for samples: `baseline` (MinstrelHt on 802.11n) keeps climbing for a second or
     # two and moves about 5,000 packets a second (9 MB in 3 s); a constant legacy rate keeps the
