@@ -105,3 +105,25 @@ def test_ingest_disk_full_leaves_no_file(tmp_path) -> None:
         assert not out.exists()
     finally:
         subprocess.run(["umount", str(mnt)])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_during_start_up_is_one_line_and_130(tmp_path, sig) -> None:
+    """A signal while the command line is still importing (polars, numpy: about a second) stops it with
+    one line and 130.  The test signals as soon as the handlers are in place (XLAYER_READY_FILE), not
+    after a sleep that a busy machine would stretch past start-up or that could land before it."""
+    ready = tmp_path / "ready"
+    env = {**os.environ, "XLAYER_READY_FILE": str(ready)}
+    proc = subprocess.Popen([sys.executable, "-m", "xlayer", "analyze", str(REPO / "samples" / "sim-baseline"),
+                             "--no-cache"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            env=env)
+    deadline = time.monotonic() + 120
+    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert ready.exists(), proc.communicate(timeout=60)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("xlayer: interrupted"), err
