@@ -83,6 +83,11 @@ COLUMNS: tuple[Column, ...] = (
     _C("wlan_tid", pl.UInt8, "", "QoS TID"),
     _C("wlan_amsdu", pl.Boolean, "", "QoS A-MSDU Present"),
     _C("wlan_pn", pl.UInt64, "", "CCMP/TKIP packet number of protected frames"),
+    _C("wlan_decrypted", pl.Boolean, "", "protected frame decrypted with the keys given (null: no keys given, "
+       "or not protected); its IP and transport columns are those of the plaintext"),
+    _C("wlan_mic", pl.Utf8, "", "MIC of a protected frame when keys were given: ok, unverified (cut by the snap "
+       "length: its captured prefix was decrypted), failed (not decoded further), or null"),
+    _C("wlan_key", pl.Utf8, "", "kind of key that decrypted the frame: ptk, gtk or tk (never key material)"),
     _C("wlan_ssid", pl.Utf8, "", "SSID of beacons, probe requests/responses, (re)association requests; "
        "bytes that are not UTF-8 are escaped as \\xNN"),
     _C("wlan_reason", pl.UInt16, "", "reason code of deauthentication/disassociation"),

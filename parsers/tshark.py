@@ -97,6 +97,8 @@ FIELDS: dict[str, Field] = {
     "wlan_tid": _f("wlan.qos.tid"),
     "wlan_amsdu": _f("wlan.qos.amsdupresent", conv="bool"),
     "wlan_pn": _f("wlan.ccmp.extiv", "wlan.tkip.extiv", conv="hex"),
+    # no tshark field: this backend is never given keys (they must not reach another program's argv)
+    "wlan_decrypted": _f(conv="bool"), "wlan_mic": _f(conv="str"), "wlan_key": _f(conv="str"),
     "wlan_ssid": _f("wlan.ssid", conv="ssid"),
     "wlan_reason": _f("wlan.fixed.reason_code", conv="hex"),
     "wlan_status": _f("wlan.fixed.status_code", conv="hex"),

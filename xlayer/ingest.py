@@ -24,11 +24,12 @@ STREAM_CHUNK_BYTES = 12 << 20
 
 
 def ingest_to_parquet(path: str | os.PathLike, output: str | os.PathLike, decoder: str = "fast",
-                      stats: IngestStats | None = None, progress: bool = True) -> int:
+                      stats: IngestStats | None = None, progress: bool = True, keys=None) -> int:
     """Write a capture's packet table to Parquet; return the number of rows written.
 
     Interrupted (KeyboardInterrupt or any BaseException), the rows written so far are closed into a
     valid Parquet file before the exception goes on. On a write error (disk full), no file is left.
+    `keys` (parsers.crypto keys) decrypt protected 802.11 frames (not with the tshark decoder).
     """
     stats = stats if stats is not None else IngestStats()
     output = os.fspath(output)
@@ -51,7 +52,7 @@ def ingest_to_parquet(path: str | os.PathLike, output: str | os.PathLike, decode
             # One decoding thread, no walk helper process: the writer thread has the second core,
             # and a child's peak RSS would include ours at spawn time (reported peaks add up).
             for df in iter_tables(path, decoder=decoder, stats=stats, progress=bar.update,
-                                  chunk_bytes=STREAM_CHUNK_BYTES, walk_helper=False, threads=1):
+                                  chunk_bytes=STREAM_CHUNK_BYTES, walk_helper=False, threads=1, keys=keys):
                 with deferred():    # the writer is made and handed whole tables, never cut halfway
                     table = df.to_arrow()
                     if writer is None:

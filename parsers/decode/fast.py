@@ -8,12 +8,13 @@ import numpy as np
 import numpy.ma  # noqa: F401 - np.unique imports it at its first call (~18 ms), i.e. inside a read
 import pyarrow as pa
 
-from parsers.decode import registry
 from parsers.columnar.columns import IP_COLUMNS, MAC_COLUMNS, ColumnBuilder, Projection
-from parsers.formats.records import RecordChunk
-from parsers.decode.reference import decode_record
 from parsers.columnar.span import KIND_DOT11, Span, concat, handed_on
-
+from parsers.decode import registry
+from parsers.decode.decrypt import Plain
+from parsers.decode.reference import decode_record
+from parsers.formats.records import RecordChunk
+from parsers.layers.dot11 import decode_plain_body
 
 # The iface column is UInt16 (parsers.schema); the pcapng reader describes at most that many
 # interfaces, and a record with a larger id from any container is marked here, never wrapped.
@@ -56,8 +57,12 @@ _RAW_DOT11 = 105    # the link type whose link decoder is the 802.11 decoder its
 
 
 def decode_chunk(chunk: RecordChunk, columns: Sequence[str] | Projection | None = None,
-                 layouts: Counter | None = None) -> tuple[pa.Table, int]:
+                 layouts: Counter | None = None, plain: dict[int, Plain] | None = None) -> tuple[pa.Table, int]:
     """Return the chunk decoded as an Arrow table, and how many rows went to the reference decoder.
+
+    `plain` ({row: Plain}, from parsers.decode.decrypt.ChunkDecryptor) gives the decryption of the
+    chunk's protected frames: their verdict columns are set and decrypted data frames are decoded on
+    from their plaintext (LLC/SNAP, IP, transport) as open frames are.
 
     `columns` (names, or a Projection; None = all) limits the table to those columns plus frame,
     ts_ns and malformed, and the decoding to the layers and parts of layers they need (see
@@ -108,9 +113,11 @@ def decode_chunk(chunk: RecordChunk, columns: Sequence[str] | Projection | None 
         if transport and proj.decodes("transport"):
             _dispatch(buf, concat(transport), registry.TRANSPORT_DECODERS, out, "transport")
 
+    if plain and proj.decodes("dot11"):
+        _decrypted(plain, out)
     deferred = np.flatnonzero(out.deferred)
     if len(deferred):
-        _refill(chunk, deferred, out, unfit)
+        _refill(chunk, deferred, out, unfit, plain)
     base = {
         "frame": chunk.frame,
         "ts_ns": chunk.ts_ns if chunk.has_ts is None else (chunk.ts_ns, chunk.has_ts), "caplen": chunk.caplen, "wirelen": chunk.wirelen,
@@ -121,8 +128,39 @@ def decode_chunk(chunk: RecordChunk, columns: Sequence[str] | Projection | None 
     return out.to_arrow(base), len(deferred)
 
 
+def _decrypted(plain: dict[int, Plain], out: ColumnBuilder) -> None:
+    """Write the decryption columns, and decode decrypted data frames on from their plaintext, which
+    is gathered into a buffer of its own (the record's other columns come from the original frame)."""
+    rows = np.fromiter(sorted(plain), np.int64, len(plain))
+    verdicts = [plain[r] for r in rows.tolist()]
+    out.put("wlan_decrypted", rows, np.fromiter((p.frame is not None for p in verdicts), bool, len(rows)))
+    for name, attr in (("wlan_mic", "mic"), ("wlan_key", "key")):
+        has = [i for i, p in enumerate(verdicts) if getattr(p, attr) is not None]
+        if has:
+            out.put_objs(name, rows[has], [getattr(verdicts[i], attr) for i in has])
+    done = [i for i, p in enumerate(verdicts) if p.frame is not None]
+    if not done:
+        return
+    frames = [verdicts[i].frame for i in done]
+    lens = np.fromiter((len(f) for f in frames), np.int64, len(frames))
+    start = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
+    claimed = start + np.fromiter((verdicts[i].claimed for i in done), np.int64, len(done))
+    buf = np.frombuffer(b"".join(frames), np.uint8)
+    span = Span(rows[done], start, start + lens, claimed, np.full(len(done), KIND_DOT11, np.int64),
+                claimed > start + lens)
+    ahead, out.ahead = out.ahead, None     # gathers made ahead are of the capture's bytes, not these
+    try:
+        net = handed_on(_guarded(decode_plain_body, buf, span, out, "802.11"))
+        if net and out.decodes("network"):
+            transport = _dispatch(buf, concat(net), registry.NET_DECODERS, out, "network")
+            if transport and out.decodes("transport"):
+                _dispatch(buf, concat(transport), registry.TRANSPORT_DECODERS, out, "transport")
+    finally:
+        out.ahead = ahead
+
+
 def _refill(chunk: RecordChunk, rows: np.ndarray, out: ColumnBuilder,
-            unfit: np.ndarray | None = None) -> None:
+            unfit: np.ndarray | None = None, plain: dict[int, Plain] | None = None) -> None:
     """Decode rows the fast path passed down with the reference decoder and write them back."""
     out.clear_rows(rows)
     if unfit is not None:   # the clearing took the container's reason too: it stays the first
@@ -130,7 +168,7 @@ def _refill(chunk: RecordChunk, rows: np.ndarray, out: ColumnBuilder,
     for r in rows.tolist():
         o = int(chunk.offset[r])
         data = bytes(chunk.data[o:o + int(chunk.caplen[r])])
-        row = decode_record(data, int(chunk.linktype[r]), int(chunk.wirelen[r]))
+        row = decode_record(data, int(chunk.linktype[r]), int(chunk.wirelen[r]), plain.get(r) if plain else None)
         if "malformed" in row:      # the reference decodes every layer: keep what ours would find
             row["malformed"] = out.projection.reason(row["malformed"])
         write_row(out, r, row)

@@ -14,15 +14,17 @@ import polars as pl
 
 from parsers.columnar import accel
 from parsers.columnar.columns import Projection, to_polars
+from parsers.crypto.keys import Key
+from parsers.decode.decrypt import ChunkDecryptor, Plain
+from parsers.decode.fast import IFACE_TOO_LARGE, decode_chunk, iface_unfit
+from parsers.decode.reference import decode_record
+from parsers.decode.walkproc import HelperFailed, WalkHelper, chunk_from
 from parsers.formats.containers import CaptureFile, open_capture
+from parsers.formats.records import RecordChunk
 from parsers.layers.dot11 import WINDOW as DOT11_WINDOW
 from parsers.layers.fcs import radiotap_fcs
-from parsers.decode.fast import IFACE_TOO_LARGE, decode_chunk, iface_unfit
 from parsers.layers.radiotap import gather_ahead
-from parsers.formats.records import RecordChunk
-from parsers.decode.reference import decode_record
 from parsers.schema import SCHEMA
-from parsers.decode.walkproc import HelperFailed, WalkHelper, chunk_from
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,7 @@ class IngestStats:
     rt_layouts: Counter = field(default_factory=Counter)
     interfaces: list[dict] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    decryption: dict | None = None  # with keys: handshakes, keys derived, decrypted, MIC failures, no key...
 
     def as_dict(self) -> dict:
         """Return the counts as plain JSON-able values."""
@@ -59,7 +62,8 @@ class IngestStats:
         return d
 
 
-def _reference_table(chunk: RecordChunk, proj: Projection, layouts: Counter) -> pl.DataFrame:
+def _reference_table(chunk: RecordChunk, proj: Projection, layouts: Counter,
+                     plain: dict[int, Plain] | None = None) -> pl.DataFrame:
     """Decode every record with the per-frame decoder (all layers), then keep the projected columns
     and the malformed reasons the projected fast path would find; count the radiotap layouts."""
     rows = []
@@ -67,7 +71,7 @@ def _reference_table(chunk: RecordChunk, proj: Projection, layouts: Counter) -> 
     for r in range(len(chunk)):
         o = int(chunk.offset[r])
         row = decode_record(bytes(chunk.data[o:o + int(chunk.caplen[r])]), int(chunk.linktype[r]),
-                            int(chunk.wirelen[r]))
+                            int(chunk.wirelen[r]), plain.get(r) if plain else None)
         timed = chunk.has_ts is None or bool(chunk.has_ts[r])
         row.update(frame=int(chunk.frame[r]), ts_ns=int(chunk.ts_ns[r]) if timed else None,
                    caplen=int(chunk.caplen[r]),
@@ -109,28 +113,34 @@ def _account(stats: IngestStats, chunk: RecordChunk, df: pl.DataFrame, layouts: 
     stats.last_ts_ns = hi if stats.last_ts_ns is None else max(stats.last_ts_ns, hi)
 
 
-def _decode(chunk: RecordChunk, decoder: str, proj: Projection
+def _decode(chunk: RecordChunk, decoder: str, proj: Projection, plain: dict[int, Plain] | None = None
             ) -> tuple[RecordChunk, pl.DataFrame, int, Counter]:
     layouts: Counter = Counter()
     if decoder == "fast":
-        table, nfall = decode_chunk(chunk, proj, layouts)
+        table, nfall = decode_chunk(chunk, proj, layouts, plain)
         return chunk, to_polars(table), nfall, layouts
-    return chunk, _reference_table(chunk, proj, layouts), 0, layouts
+    return chunk, _reference_table(chunk, proj, layouts, plain), 0, layouts
 
 
-def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int, proj: Projection):
+def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int, proj: Projection,
+             decrypt: ChunkDecryptor | None = None):
     """Yield (chunk, table, fallback count, layout counts) in file order, decoding up to `threads`
     chunks at once.
 
     numpy, Arrow and polars release the GIL for part of a chunk's work, so a second core helps
-    somewhat; at most threads + 1 chunks are in flight, which keeps memory bounded.
+    somewhat; at most threads + 1 chunks are in flight, which keeps memory bounded. With `decrypt`,
+    each chunk's protected frames are decrypted here, in file order (the handshakes come before the
+    frames they protect), before the chunk is handed to a decoder.
     """
+    def plain(chunk: RecordChunk) -> dict[int, Plain] | None:
+        return decrypt.chunk(chunk) if decrypt is not None else None
+
     it = iter(chunks)
     head = [c for c in (next(it, None), next(it, None)) if c is not None]
     if threads <= 1 or len(head) < 2:
         # one chunk (most small captures): threads would cost more to start than they could save
         for chunk in itertools.chain(head, it):
-            yield _decode(chunk, decoder, proj)
+            yield _decode(chunk, decoder, proj, plain(chunk))
         return
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
@@ -138,7 +148,7 @@ def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int, proj: Pr
     with ThreadPoolExecutor(max_workers=threads) as pool:
         pending: deque = deque()
         for chunk in itertools.chain(head, it):
-            pending.append(pool.submit(_decode, chunk, decoder, proj))
+            pending.append(pool.submit(_decode, chunk, decoder, proj, plain(chunk)))
             if len(pending) > threads:
                 yield pending.popleft().result()
         while pending:
@@ -317,8 +327,13 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
                 stats: IngestStats | None = None,
                 progress: Callable[[int], None] | None = None,
                 threads: int | None = None, walk_helper: bool = True,
-                columns: Sequence[str] | None = None) -> Iterator[pl.DataFrame]:
+                columns: Sequence[str] | None = None, keys: Sequence[Key] | None = None
+                ) -> Iterator[pl.DataFrame]:
     """Yield the capture as packet tables of about chunk_bytes of records each; fill stats as it goes.
+
+    `keys` (parsers.crypto keys; none: no decryption) decrypt protected 802.11 frames natively: their
+    plaintext is decoded on to IP and transport, the wlan_decrypted/wlan_mic/wlan_key columns say how,
+    and stats.decryption holds the counts (handshakes, decrypted, MIC failures, no key...).
 
     Raises records.CaptureError when the file is not a capture we can read at all, ValueError for
     an unknown column name. `columns` (None: all) projects the tables: only those columns, plus
@@ -359,7 +374,9 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
                                     fcs=proj.decodes("fcs"))
         else:
             chunks = cap.chunks(keep=threads if threads > 1 else 0)
-        for chunk, df, nfall, layouts in _decoded(chunks, decoder, threads, proj):
+        decrypt = ChunkDecryptor(keys) if keys and proj.decodes("dot11") else None
+        more = {"decrypt": decrypt} if decrypt is not None else {}
+        for chunk, df, nfall, layouts in _decoded(chunks, decoder, threads, proj, **more):
             stats.fallback += nfall
             _account(stats, chunk, df, layouts)
             if progress is not None and len(chunk):
@@ -372,6 +389,8 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
         stats.truncated_tail = cs.truncated_tail
         stats.error = cs.error
         stats.warnings = list(cs.warnings)
+        if decrypt is not None:
+            stats.decryption = decrypt.summary()
         stats.interfaces = [
             {"id": i, "linktype": itf.linktype, "snaplen": itf.snaplen, "name": itf.name,
              "description": itf.description}
@@ -383,8 +402,9 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
 
 def read_capture(path: str | os.PathLike, decoder: str = "fast", stats: IngestStats | None = None,
                  chunk_bytes: int = 32 << 20, threads: int | None = None,
-                 columns: Sequence[str] | None = None) -> pl.DataFrame:
-    """Return the whole capture as one packet table (decoder 'fast' or 'reference').
+                 columns: Sequence[str] | None = None, keys: Sequence[Key] | None = None) -> pl.DataFrame:
+    """Return the whole capture as one packet table (decoder 'fast' or 'reference'); `keys` decrypt
+    protected 802.11 frames (see iter_tables).
 
     `columns` (None: all) builds only those columns plus frame, ts_ns and malformed, decoding only
     the layers they need; `malformed` then holds only what those layers find (see iter_tables).
@@ -395,7 +415,7 @@ def read_capture(path: str | os.PathLike, decoder: str = "fast", stats: IngestSt
         columns = list(columns)     # read twice (here and by iter_tables): an iterator would not do
     proj = Projection(columns)      # unknown names fail here, before the file is opened
     parts = list(iter_tables(path, decoder=decoder, chunk_bytes=chunk_bytes, stats=stats,
-                             threads=threads, columns=columns))
+                             threads=threads, columns=columns, keys=keys))
     if not parts:
         return pl.DataFrame(schema=proj.schema())
     return pl.concat(parts, rechunk=False)

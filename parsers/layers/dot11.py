@@ -12,15 +12,26 @@ from __future__ import annotations
 import numpy as np
 
 from parsers.columnar.columns import ColumnBuilder
-from parsers.layers.dot11_frame import FRAGMENT_ROOM, frame_dot11
-from parsers.layers.dot11_mgmt import decode_mgmt_body, lost, put_hex
 from parsers.columnar.gather import Window, gathered_ahead, u8, ule
 from parsers.columnar.span import Span
+from parsers.layers.dot11_frame import FRAGMENT_ROOM, frame_dot11
+from parsers.layers.dot11_mgmt import decode_mgmt_body, lost, put_hex
 
-__all__ = ["decode_dot11", "frame_dot11", "LINK_DECODERS", "LINK_FRAME_DECODERS"]
+__all__ = ["decode_dot11", "decode_plain_body", "frame_dot11", "LINK_DECODERS", "LINK_FRAME_DECODERS"]
 
 # The malformed reasons are shared with the per-frame decoder: both must say the same thing.
-from parsers.layers.dot11_frame import R_AMSDU, R_BLOCKACK, R_HEADER, R_IV, R_LLC, R_MESH, R_SNAP, R_TOO_LONG, R_VERSION
+from parsers.layers.dot11_frame import (
+    R_AMSDU,
+    R_BLOCKACK,
+    R_HEADER,
+    R_IV,
+    R_LLC,
+    R_MESH,
+    R_SNAP,
+    R_TOO_LONG,
+    R_VERSION,
+)
+
 # The largest MPDU any 802.11 PHY carries (VHT/HE/EHT: 11454 octets, FCS included); a record
 # claiming more on the wire cannot be one frame.
 MAX_MPDU = 11454
@@ -182,6 +193,34 @@ def decode_dot11(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
     k = _pick((ftype == 2) & ~protected & ((sub & 4) == 0) & (frag == 0))
     # A first fragment (More Fragments set) holds only the start of its packet: the rest is in the
     # next fragments, so an IP length past the frame's end is expected there, as after a snap length.
+    more = (fl[k] & 0x04) != 0
+    cl_k = np.where(more, np.maximum(cl[k], e[k] + FRAGMENT_ROOM), cl[k])
+    return _data_body(h.take(k), out, rows[k], hdr[k], e[k], cl_k, cut[k] | more, fl[k], qc[k], qos[k],
+                      amsdu[k])
+
+
+def decode_plain_body(buf: np.ndarray, span: Span, out: ColumnBuilder) -> Span:
+    """Decode the bodies of decrypted data frames; return the rows whose LLC/SNAP payload follows.
+
+    `span` covers plaintext 802.11 frames (Protected bit cleared, no security header or MIC) in their
+    own buffer, for rows whose header columns the original frame gave already: only the body is read
+    (mesh control, A-MSDU subframe, LLC/SNAP), as for an open frame."""
+    if not len(span):
+        return _empty_span()
+    rows, s, e = span.rows, span.start.astype(np.int64, copy=False), span.end.astype(np.int64, copy=False)
+    cl, cut = span.claimed.astype(np.int64, copy=False), span.cut
+    h = Window(buf, s, WINDOW)
+    fc0, fl = h.u8(0).astype(np.int64), h.u8(1).astype(np.int64)
+    ftype, sub = (fc0 >> 2) & 3, fc0 >> 4
+    code = (fc0 >> 2) | ((fl & 3) << 6) | ((fl >> 7) << 8)
+    hdr = _HDR[code]
+    qoff = _QOS[code]
+    qos = qoff > 0
+    qc = np.where(qos, np.where(qoff == 30, h.ule(30, 2), h.ule(24, 2)), 0).astype(np.uint64)
+    amsdu = _AMSDU_OK[code] & ((qc >> 7) & 1).astype(bool)
+    frag = np.where(_SEQ[code], h.ule(22, 2) & 15, 0)
+    # the same rows an open frame's body is walked for (see decode_dot11)
+    k = _pick(((fc0 & 3) == 0) & (ftype == 2) & ((sub & 4) == 0) & (frag == 0) & (s + hdr <= e))
     more = (fl[k] & 0x04) != 0
     cl_k = np.where(more, np.maximum(cl[k], e[k] + FRAGMENT_ROOM), cl[k])
     return _data_body(h.take(k), out, rows[k], hdr[k], e[k], cl_k, cut[k] | more, fl[k], qc[k], qos[k],

@@ -252,8 +252,8 @@ def test_air_only_capture_says_why_no_flow(tmp_path: Path) -> None:
     assert an.flows == []
     why = [n for n in an.notes if n.startswith("no flow for drop detection")]
     assert why == ["no flow for drop detection: no capture carried IP packets (285 802.11 data frames on the air, "
-                   "none readable as IP: 280 were protected (WPA/WEP) and no keys were given: xlayer does not "
-                   "decrypt, decrypt the capture first (airdecap-ng, or tshark with the keys); the other 5 not IP)"]
+                   "none readable as IP: 280 were protected (WPA/WEP) and no keys were given: give them with "
+                   "--wpa-pwd PASSPHRASE:SSID (or --keys FILE) to decrypt; the other 5 not IP)"]
     text = summary_text(an)
     assert "flows (0):" in text and f"note: {why[0]}" in text
     assert an.as_json()["notes"] == an.notes

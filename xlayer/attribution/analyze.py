@@ -219,7 +219,7 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
     incidents.sort(key=lambda i: (-i.confidence, i.start_ns))
     return Analysis(incidents, _flow_summary(ctx, chosen, g), tl.alignment.as_json(), dict(tl.bundle.tags),
                     [f"{f}: {err}" for f, err in tl.errors.items()] + read_notes(tl) + flow_notes(tl, chosen, cfg)
-                    + shared)
+                    + shared, left_out(tl.table("flows"), cfg).to_dicts())
 
 
 MAX_NAMED = 3            # left-out flows named in a note (the rest counted)
@@ -292,11 +292,14 @@ def _no_ip_note(tl: Timeline) -> str:
     if not prot:
         why = "not IP" if prot == 0 else "protected, or not IP"
         return text + f" ({n:,} 802.11 data frame{'s' if n != 1 else ''} on the air, none readable as IP: {why})"
-    # xlayer reads no keys: a WPA network's traffic is seen only as sizes and times
+    # without keys a WPA network's traffic is seen only as sizes and times
     rest = f"; the other {n - prot:,} not IP" if n > prot else ""
+    keyed = any(getattr(st, "decryption", None) for st in getattr(tl, "read_stats", {}).values())
+    why = ("and the keys given decrypted none of them (wrong passphrase or SSID, or no 4-way handshake "
+           "captured before them: see the decryption counts)" if keyed else
+           "and no keys were given: give them with --wpa-pwd PASSPHRASE:SSID (or --keys FILE) to decrypt")
     return text + (f" ({n:,} 802.11 data frame{'s' if n != 1 else ''} on the air, none readable as IP: {prot:,} "
-                   f"{'were' if prot != 1 else 'was'} protected (WPA/WEP) and no keys were given: xlayer does not "
-                   f"decrypt, decrypt the capture first (airdecap-ng, or tshark with the keys){rest})")
+                   f"{'were' if prot != 1 else 'was'} protected (WPA/WEP) {why}{rest})")
 
 
 def _protected_data_frames(tl: Timeline) -> int | None:

@@ -96,8 +96,12 @@ class Analysis:
     alignment: dict[str, Any]
     tags: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # flows drop detection left out, with the numbers that decided it (`drops.left_out`)
+    flows_left_out: list[dict[str, Any]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
-        """Return {"incidents": [...], "flows": [...], "alignment": {...}} (times: reference epoch seconds)."""
+        """Return {"incidents": [...], "flows": [...], "flows_left_out": [...], "alignment": {...}, ...}
+        (times: reference epoch seconds)."""
         return {"incidents": [i.as_json() for i in self.incidents], "flows": self.flows,
+                "flows_left_out": self.flows_left_out,
                 "alignment": self.alignment, "tags": self.tags, "notes": self.notes}

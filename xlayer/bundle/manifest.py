@@ -308,6 +308,23 @@ class Bundle:
         e = self.entry(which)
         return checked_path(self.path, check_relative_path(e.file, e.file), self.follow_links)
 
+    @property
+    def keys_file(self) -> str | None:
+        """Return the manifest's `keys_file` (a WPA keys file inside the bundle, 80211_keys format), or None."""
+        return self.extra.get("keys_file")
+
+    def keys_path(self) -> Path | None:
+        """Return the keys file's path checked on disk like a capture's (inside, regular, no link unless
+        allowed), or None when the manifest names none; raise BundleError if it is refused or missing."""
+        if self.keys_file is None:
+            return None
+        if self.path is None:
+            raise BundleError("this bundle has no directory yet (open_bundle sets it)")
+        path = checked_path(self.path, check_relative_path(self.keys_file, "keys_file"), self.follow_links)
+        if not path.is_file():
+            raise BundleError(f"{self.keys_file}: keys file named by the manifest is missing from the bundle")
+        return path
+
     def clock_groups(self) -> dict[str, list[CaptureEntry]]:
         """Return each clock name with the captures stamped by it, in manifest order."""
         out: dict[str, list[CaptureEntry]] = {}
@@ -351,6 +368,11 @@ def check_bundle(b: Bundle, where: str = MANIFEST) -> None:
         problem = override_problem(clock, ov)
         if problem:
             raise BundleError(f"{where}: {problem}")
+    keys_file = b.extra.get("keys_file")
+    if keys_file is not None:
+        if not isinstance(keys_file, str):
+            raise BundleError(f"{where}: 'keys_file' must be a string (a file inside the bundle)")
+        check_relative_path(keys_file, f"{where}: keys_file")
     if b.capture is not None:
         if not isinstance(b.capture, dict):
             raise BundleError(f"{where}: 'capture' must be an object")

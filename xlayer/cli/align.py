@@ -10,13 +10,17 @@ from typing import Any
 def cmd_align(args: argparse.Namespace) -> int:
     """Print the clock alignment of a bundle (JSON or a table); return the exit code."""
     from xlayer.bundle import open_bundle
-    from xlayer.cli.common import require_packets
+    from xlayer.cli.common import bundle_keys, keys_from_args, require_packets
     from xlayer.text import safe_text
     from xlayer.timeline.align import align_bundle
+    from xlayer.timeline.open import DecryptedTables
 
+    keys = keys_from_args(args)
     bundle = open_bundle(args.bundle)
+    keys += bundle_keys(bundle)
     al = align_bundle(bundle, reference=args.reference, decoder=args.decoder,
-                      min_matches=args.min_matches, use_tsft=not args.no_tsft)
+                      min_matches=args.min_matches, use_tsft=not args.no_tsft,
+                      tables=DecryptedTables(bundle, args.decoder, keys) if keys else None)
     # no capture read: nothing was aligned (exit 2 naming them), not an empty table
     require_packets(bundle, {c.file: n.removeprefix("not read: ") for c in al.captures
                              for n in getattr(c, "notes", []) if n.startswith("not read: ")})
@@ -48,4 +52,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-tsft", action="store_true", help="use the sniffers' host stamps, not TSFT")
     p.add_argument("--decoder", choices=("fast", "reference"), default="fast",
                    help="fast (columnar, the default) or reference (per frame, for checking)")
+    from xlayer.cli.common import add_key_options
+
+    add_key_options(p)
     p.set_defaults(func=cmd_align)

@@ -189,6 +189,47 @@ def _remove(files: list[Path]) -> None:
             f.unlink()
 
 
+KEYS_FILE = "keys.txt"
+
+
+def keys_text(args: argparse.Namespace) -> str | None:
+    """Return the bundle's keys file text (80211_keys lines) from the key options, or None if none are
+    given; raise Refusal (the secret never in its message) on a bad spec or keys file."""
+    from parsers.crypto import KeySpecError, parse_key, parse_keys_file
+
+    lines = []
+    try:
+        for path in args.keys:
+            parse_keys_file(path)           # checked whole before anything is written
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                lines += [ln.rstrip("\n") for ln in fh]
+        for opt, kind in (("wpa_pwd", "wpa-pwd"), ("wpa_psk", "wpa-psk"), ("tk", "tk")):
+            for i, spec in enumerate(getattr(args, opt), 1):
+                parse_key(f"{kind}:{spec}", label=f"--{kind} #{i}")
+                lines.append(f'"{kind}","{spec.replace(chr(34), "%22")}"')
+    except KeySpecError as exc:
+        raise Refusal(f"bad key: {exc}") from None
+    except OSError as exc:
+        raise Refusal(f"{exc.filename}: cannot read keys file: {exc.strerror or exc}") from None
+    return "\n".join(lines) + "\n" if lines else None
+
+
+def _write_private(dest: Path, text: str) -> None:
+    """Write text to dest readable by its owner only, whole or not at all."""
+    tmp = dest.with_name(f".{dest.name}.part")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
 def cmd_new(args: argparse.Namespace) -> int:
     """Assemble a bundle directory from capture files; return the exit code."""
     dest_dir = Path(args.dir)
@@ -216,6 +257,11 @@ def cmd_new(args: argparse.Namespace) -> int:
                     raise Refusal(f"{dest}: already exists (use --force to overwrite)")
             todo.append((p, dest))
         bundle = Bundle(captures=entries, tags=tags, created=utc_now(), host=socket.gethostname())
+        keys = keys_text(args)
+        if keys is not None:
+            if (dest_dir / KEYS_FILE).exists() and not args.force:
+                raise Refusal(f"{dest_dir / KEYS_FILE}: already exists (use --force to overwrite)")
+            bundle.extra["keys_file"] = KEYS_FILE
     except Refusal as exc:
         print(f"xlayer bundle new: {safe_text(exc)}", file=sys.stderr)
         return 2
@@ -233,6 +279,9 @@ def cmd_new(args: argparse.Namespace) -> int:
             how = _place(p.src, dest, args.link)
             placed.append(dest)
             done.append((how, p.entry))
+        if keys is not None:
+            _write_private(dest_dir / KEYS_FILE, keys)
+            placed.append(dest_dir / KEYS_FILE)
         write_manifest(dest_dir, bundle)
     except KeyboardInterrupt:
         _remove(placed)
@@ -247,6 +296,8 @@ def cmd_new(args: argparse.Namespace) -> int:
     for how, e in done:
         print(f"{how} {safe_text(e.file)} ({e.kind}, vantage {safe_text(e.vantage)}, {e.format})")
     plural = "" if len(entries) == 1 else "s"
+    if keys is not None:
+        print(f"wrote the keys to {safe_text(dest_dir / KEYS_FILE)} (readable by you only); the manifest names it")
     print(f"wrote {safe_text(dest_dir / MANIFEST)} with {len(entries)} capture{plural}")
     return 0
 
@@ -391,6 +442,10 @@ def register(subparsers: Any) -> None:
     pn.add_argument("--link", action="store_true", help="hard-link the files instead of copying them "
                     "(copied where a hard link cannot be made, e.g. across file systems)")
     pn.add_argument("--force", action="store_true", help="replace an existing bundle.json and files")
+    from xlayer.cli.common import add_key_options
+
+    add_key_options(pn, "WPA keys for the commands that read the bundle to decrypt its air captures with: "
+                    f"written to DIR/{KEYS_FILE}, readable by you only, which the manifest names (keys_file)")
     pn.set_defaults(func=cmd_new)
     ps = sub.add_parser("show", help="tags, captures (records, time span, link types) and clocks of a bundle")
     ps.add_argument("dir", metavar="DIR", help="bundle directory (or its bundle.json)")

@@ -51,8 +51,68 @@ def add_timeline_options(p: argparse.ArgumentParser) -> None:
                    help="fast (columnar, the default) or reference (per frame; for checking)")
     p.add_argument("--no-cache", action="store_true",
                    help="decode the captures again and keep nothing (default: reuse and fill the decode cache, "
-                   "$XLAYER_CACHE_DIR or ~/.cache/xlayer; `xlayer cache clear` empties it)")
+                   "$XLAYER_CACHE_DIR or ~/.cache/xlayer; `xlayer cache clear` empties it; never used with keys)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_key_options(p)
+
+
+KEYS_HELP = ("WPA keys to decrypt protected 802.11 frames natively (no tshark); repeatable. Keys are never "
+             "printed or stored, and with keys the decode cache is not used. Prefer --keys FILE: an option's "
+             "value is visible to other users in the process list")
+
+
+def add_key_options(p: argparse.ArgumentParser, about: str = KEYS_HELP) -> None:
+    """Add the WPA key options (--wpa-pwd, --wpa-psk, --tk, --keys) to a command; return None."""
+    g = p.add_argument_group("decryption", about)
+    g.add_argument("--wpa-pwd", action="append", default=[], metavar="PASSPHRASE:SSID",
+                   help="WPA/WPA2-Personal passphrase and SSID (':' or '%%' inside either written %%3a, %%25)")
+    g.add_argument("--wpa-psk", action="append", default=[], metavar="PMK_HEX",
+                   help="PMK in hex (32 or 48 bytes): WPA3-SAE, OWE and 802.1X users give the PMK")
+    g.add_argument("--tk", action="append", default=[], metavar="HEX", help="temporal key in hex (16 or 32 bytes)")
+    g.add_argument("--keys", action="append", default=[], metavar="FILE",
+                   help="keys file in Wireshark's 80211_keys format (\"wpa-pwd\",\"PASSPHRASE:SSID\" lines)")
+
+
+def keys_from_args(args: argparse.Namespace) -> list[Any]:
+    """Return the keys the key options give (parsers.crypto keys); raise BundleError (one line, exit 2,
+    the secret never in it) on a bad spec or keys file."""
+    from parsers.crypto import KeySpecError, parse_key, parse_keys_file
+    from xlayer.bundle.manifest import BundleError
+
+    keys: list[Any] = []
+    try:
+        for opt, kind in (("wpa_pwd", "wpa-pwd"), ("wpa_psk", "wpa-psk"), ("tk", "tk")):
+            for i, spec in enumerate(getattr(args, opt, None) or [], 1):
+                keys.append(parse_key(f"{kind}:{spec}", label=f"--{kind} #{i}"))
+        for path in getattr(args, "keys", None) or []:
+            keys += parse_keys_file(path)
+    except KeySpecError as exc:
+        raise BundleError(f"bad key: {exc}") from None
+    return keys
+
+
+def bundle_keys(bundle: Any) -> list[Any]:
+    """Return the keys of the keys file a bundle's manifest names (none: []); warn on one line on stderr
+    if other users may read it; raise BundleError (one line, exit 2) if it is refused or unreadable."""
+    import os
+    import stat
+    import sys
+
+    from parsers.crypto import KeySpecError, parse_keys_file
+    from xlayer.bundle.manifest import BundleError
+    from xlayer.text import safe_text
+
+    path = bundle.keys_path() if hasattr(bundle, "keys_path") else None
+    if path is None:
+        return []
+    mode = os.stat(path).st_mode
+    if mode & (stat.S_IRGRP | stat.S_IROTH):
+        print(f"xlayer: warning: keys file {safe_text(bundle.keys_file)} can be read by other users "
+              f"(mode {stat.S_IMODE(mode):o}); chmod 600 it", file=sys.stderr)
+    try:
+        return parse_keys_file(path)
+    except KeySpecError as exc:
+        raise BundleError(f"bad keys file: {exc}") from None
 
 
 @contextmanager
@@ -71,10 +131,19 @@ def steps(desc: str, quiet: bool) -> Iterator[Callable[[str], None]]:
 def open_from_args(args: argparse.Namespace, step: Callable[[str], None]) -> Any:
     """Return the timeline of `args.bundle` (`bundle_from_args`) as the timeline options say (metric tables
     on demand)."""
+    from xlayer.bundle.manifest import Bundle, open_bundle
     from xlayer.metrics import open_timeline
 
-    return open_timeline(bundle_from_args(args), reference=args.reference, decoder=args.decoder,
-                         bin_ns=int(round(args.bin * 1e9)), progress=step, cache=not args.no_cache)
+    keys = keys_from_args(args)
+    bundle = bundle_from_args(args)
+    if not isinstance(bundle, Bundle):
+        bundle = open_bundle(bundle)
+    keys += bundle_keys(bundle)
+    if keys:
+        args.no_cache = True        # nothing derived from a secret goes into the cache
+    return open_timeline(bundle, reference=args.reference, decoder=args.decoder,
+                         bin_ns=int(round(args.bin * 1e9)), progress=step, cache=not args.no_cache,
+                         keys=keys or None)
 
 
 _NAMED_MAX = 5      # captures named in one line; the notes and the JSON name them all

@@ -13,6 +13,7 @@ import xlayer.ingest as ingest_mod
 from parsers.decode.ingest import IngestStats, iter_tables
 from parsers.decode.registry import linktype_name
 from parsers.formats.records import CaptureError
+from xlayer.cli.common import add_key_options, keys_from_args
 from xlayer.cli.utc import utc_label
 from xlayer.cli.wifi import WifiSummary
 from xlayer.signals import Stop, stop_on_signals
@@ -33,6 +34,10 @@ def _print_counts(st: IngestStats, out=sys.stdout) -> None:
         print(f"warning: {safe_text(w)}", file=out)
     for reason, n in st.malformed_reasons.most_common(10):
         print(f"  malformed x{n}: {safe_text(reason)}", file=out)
+    if st.decryption:
+        from xlayer.timeline.open import decryption_note
+
+        print(f"decryption: {decryption_note(st.decryption)}", file=out)
 
 
 def _rows_in(parquet: str) -> int:
@@ -47,11 +52,16 @@ def _rows_in(parquet: str) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     """Write a capture as Parquet and print the counts; return the exit code."""
+    keys = keys_from_args(args)
+    if keys and args.decoder == "tshark":
+        print("xlayer: the tshark decoder is never given keys; decrypt with --decoder fast or reference",
+              file=sys.stderr)
+        return 2
     stop_on_signals()
     st = IngestStats()
     try:
         written = ingest_mod.ingest_to_parquet(args.file, args.output, decoder=args.decoder, stats=st,
-                                               progress=not args.quiet)
+                                               progress=not args.quiet, keys=keys or None)
     except CaptureError as exc:
         print(f"xlayer: {safe_text(exc)}", file=sys.stderr)
         return 2
@@ -69,21 +79,22 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
-def _scan(path: str, decoder: str, progress: bool) -> tuple[IngestStats, WifiSummary]:
+def _scan(path: str, decoder: str, progress: bool, keys: list | None = None) -> tuple[IngestStats, WifiSummary]:
     """Return the counts of a full decoding pass over a capture and the summary of its 802.11 frames."""
     st, wifi = IngestStats(), WifiSummary()
     size = os.path.getsize(path)
     # tqdm disables itself when stderr is not a terminal (disable=None); small files need no bar
     with tqdm(total=size, unit="B", unit_scale=True, desc=os.path.basename(path), leave=False,
               disable=None if progress and size > (64 << 20) else True) as bar:
-        for df in iter_tables(path, decoder=decoder, stats=st, progress=bar.update):
+        for df in iter_tables(path, decoder=decoder, stats=st, progress=bar.update, keys=keys):
             wifi.add(df)
     return st, wifi
 
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Print what a capture holds; return the exit code."""
-    st, wifi = _scan(args.file, args.decoder, progress=not args.quiet and not args.json)
+    keys = keys_from_args(args)
+    st, wifi = _scan(args.file, args.decoder, progress=not args.quiet and not args.json, keys=keys or None)
     if args.json:
         json.dump({**st.as_dict(), "wifi": wifi.as_dict() if wifi.frames else None}, sys.stdout, indent=2,
                   default=str)
@@ -117,6 +128,7 @@ def register(sub: Any) -> None:
     pi.add_argument("--decoder", choices=("fast", "reference", "tshark"), default="fast",
                     help="fast (columnar, the default), reference (per frame, for checking) or tshark (needs tshark)")
     pi.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_key_options(pi)
     pi.set_defaults(func=cmd_ingest)
     pf = sub.add_parser("info", help="link types, counts, time span and radiotap layouts of a capture")
     pf.add_argument("file", metavar="CAPTURE", help="pcap or pcapng file")
@@ -124,4 +136,5 @@ def register(sub: Any) -> None:
     pf.add_argument("--decoder", choices=("fast", "reference"), default="fast",
                     help="fast (columnar, the default) or reference (per frame, for checking)")
     pf.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_key_options(pf)
     pf.set_defaults(func=cmd_info)

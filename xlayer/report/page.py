@@ -795,6 +795,11 @@ def _frames_html(frames: Sequence[Any], limit: int = 6) -> str:
 
 
 def _incidents_html(analysis: Analysis, t0_ns: int | None) -> str:
+    if not analysis.incidents and not analysis.flows:
+        # nothing was watched: "no drop" would claim more than was looked at
+        n = len(analysis.flows_left_out)
+        return (f"<p>No incident, and none could be seen: no flow met drop detection's rate and duration "
+                f"({n} flow{'s' if n != 1 else ''} left out, see Flows and the notes).</p>")
     if not analysis.incidents:
         return "<p>No incident: no flow's goodput fell well below its own baseline.</p>"
     rows = []
@@ -856,7 +861,7 @@ def mbit(bps: Any) -> str:
 def _flows_html(flows: Sequence[dict[str, Any]], roles: dict[tuple[str, str], str], limit: int = 50) -> str:
     """Return the analysis' data flows as a table: where each was read, what its rate is, over which span."""
     if not flows:
-        return "<p>-</p>"
+        return "<p>No flow met drop detection's rate and duration (see below and the notes).</p>"
     rows = []
     for f in flows[:limit]:
         role = roles.get((f.get("flow"), f.get("capture_file")))
@@ -875,6 +880,32 @@ def _flows_html(flows: Sequence[dict[str, Any]], roles: dict[tuple[str, str], st
             "the flow's first to last packet there.</p>"
             + _table(["flow", "measured at", "rate measured", "station", "first packet (UTC)", "over (s)",
                       "goodput (Mbit/s)", "packets"], rows, "flows") + more)
+
+
+_LEFT_OUT = {"no_payload": "no payload (not a data flow)", "below_rate": "below --min-rate",
+             "too_short": "shorter than --min-flow-duration",
+             "below_rate_and_too_short": "below --min-rate and shorter than --min-flow-duration"}
+
+
+def _left_out_html(rows_in: Sequence[dict[str, Any]], limit: int = 50) -> str:
+    """Return the flows drop detection left out as a table, each with the numbers that decided it."""
+    if not rows_in:
+        return ""
+    rows = []
+    for f in rows_in[:limit]:
+        rate = f.get("rate_bps")
+        rows.append([esc(f.get("flow", "")),
+                     esc(f.get("vantage") or "-") + (f"<br><span class=dim>{esc(f['capture_file'])}</span>"
+                                                      if f.get("capture_file") else ""),
+                     esc(_num(f["payload_bytes"])) if isinstance(f.get("payload_bytes"), int) else "-",
+                     f"{f['duration_s']:.2f}" if isinstance(f.get("duration_s"), (int, float)) else "-",
+                     "-" if not isinstance(rate, (int, float)) else f"{rate / 1e3:,.1f}",
+                     esc(_LEFT_OUT.get(f.get("reason") or "", f.get("reason") or "-"))])
+    more = f"<p class=dim>… {len(rows_in) - limit} more not shown</p>" if len(rows_in) > limit else ""
+    return ("<p class=dim>Flows seen but left out of drop detection (lower --min-rate or --min-flow-duration "
+            "to consider them), at the capture that saw most of each:</p>"
+            + _table(["flow", "seen at", "payload (bytes)", "over (s)", "payload rate (kbit/s)", "left out because"],
+                     rows, "flows_left_out") + more)
 
 
 def _alignment_html(tl: Any) -> str:
@@ -1021,7 +1052,8 @@ def render_report(tl: Any, analysis: Analysis, *, title: str | None = None,
     page = file_html(root, resources=INLINE, title=title, template=TEMPLATE, template_variables={
         "css": CSS, "header": _header_html(tl, analysis, nets, t0, t1, title),
         "incidents": _incidents_html(analysis, t0), "has_panels": True, "omitted": omitted_html,
-        "flows": _flows_html(analysis.flows, ctx.roles), "alignment": _alignment_html(tl), "notes": notes_html})
+        "flows": _flows_html(analysis.flows, ctx.roles) + _left_out_html(analysis.flows_left_out),
+        "alignment": _alignment_html(tl), "notes": notes_html})
     return page, drawn, omitted, notes
 
 

@@ -59,23 +59,28 @@ def needed_columns(modules: Sequence[Any] = ()) -> list[str]:
     return [c for c in NAMES if c in want]
 
 
-def _projected(columns: list[str]) -> dict[str, Any]:
-    """Return iter_tables' `columns=` argument when the parsers support a projection (else nothing)."""
+def _projected(columns: list[str], keys: Sequence[Any] | None = None) -> dict[str, Any]:
+    """Return iter_tables' `columns=` argument when the parsers support a projection (else nothing), and
+    its `keys=` argument when keys are given."""
     import inspect
 
     import parsers
 
-    return {"columns": columns} if "columns" in inspect.signature(parsers.iter_tables).parameters else {}
+    kw: dict[str, Any] = {"keys": keys} if keys else {}
+    return {"columns": columns, **kw} if "columns" in inspect.signature(parsers.iter_tables).parameters else kw
 
 
 def read_packets(path: str | os.PathLike, columns: list[str], decoder: str = "fast",
-                 progress: Callable[[int], None] | None = None, stats: Any = None) -> pl.DataFrame:
-    """Return a capture's packet table with only `columns`, read chunk by chunk (counts into `stats`)."""
+                 progress: Callable[[int], None] | None = None, stats: Any = None,
+                 keys: Sequence[Any] | None = None) -> pl.DataFrame:
+    """Return a capture's packet table with only `columns`, read chunk by chunk (counts into `stats`);
+    `keys` (parsers.crypto keys) decrypt protected 802.11 frames."""
     import parsers
     from parsers.schema import SCHEMA
 
     parts = []
-    for chunk in parsers.iter_tables(path, decoder=decoder, progress=progress, stats=stats, **_projected(columns)):
+    for chunk in parsers.iter_tables(path, decoder=decoder, progress=progress, stats=stats,
+                                     **_projected(columns, keys)):
         parts.append(chunk.select([c for c in columns if c in chunk.columns]))
     if not parts:
         return pl.DataFrame(schema={c: SCHEMA[c] for c in columns})
@@ -91,14 +96,15 @@ def _disk_full(exc: BaseException) -> bool:
 
 
 def _spill_read(path: str | os.PathLike, columns: list[str], keep: list[str], out_dir: str,
-                decoder: str = "fast", stats: Any = None) -> tuple[list[str], pl.DataFrame]:
+                decoder: str = "fast", stats: Any = None, keys: Sequence[Any] | None = None
+                ) -> tuple[list[str], pl.DataFrame]:
     """Write a capture's packet table (`columns`) chunk by chunk to IPC files in `out_dir`; return their
     paths and the `keep` columns of the whole table (those the alignment reads), all-null columns dropped."""
     import parsers
     from parsers.schema import SCHEMA
 
     files, parts = [], []
-    for i, chunk in enumerate(parsers.iter_tables(path, decoder=decoder, stats=stats, **_projected(columns))):
+    for i, chunk in enumerate(parsers.iter_tables(path, decoder=decoder, stats=stats, **_projected(columns, keys))):
         chunk = chunk.select([c for c in columns if c in chunk.columns])
         f = os.path.join(out_dir, f"raw-{i:05d}.arrow")
         chunk.write_ipc(f, compression="uncompressed")
@@ -308,6 +314,33 @@ def _release_freed_memory() -> None:
         pass
 
 
+class DecryptedTables(Mapping):
+    """The alignment's columns of a bundle's packet captures, each read with keys when asked for (not kept)."""
+
+    def __init__(self, bundle: Bundle, decoder: str, keys: Sequence[Any]):
+        import xlayer.timeline.match as mm
+        from parsers.schema import NAMES
+
+        self._bundle, self._decoder, self._keys = bundle, decoder, keys
+        self._cols = [c for c in NAMES if c in set(mm.READ_COLS)]
+        self._files = [e.file for e in bundle.captures if e.is_packets]
+
+    def __getitem__(self, file: str) -> pl.DataFrame:
+        path = self._bundle.file_path(file)
+        if not path.is_file():
+            raise BundleError(f"{file}: capture file is missing from the bundle")
+        return read_packets(path, self._cols, self._decoder, keys=self._keys)
+
+    def __contains__(self, file: object) -> bool:
+        return file in self._files
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+
 class _IpcTables(Mapping):
     """Packet tables by capture file, each read from its IPC file only when asked for (not kept)."""
 
@@ -404,14 +437,17 @@ def _remove_spill(path: str, owner: int) -> None:
 
 def open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None = None, *, decoder: str = "fast",
                   bin_ns: int = 100_000_000, progress: Callable[[str], None] | None = None,
-                  spill: bool | None = None, modules: Sequence[Any] = (), cache: bool = True) -> Timeline:
+                  spill: bool | None = None, modules: Sequence[Any] = (), cache: bool = True,
+                  keys: Sequence[Any] | None = None) -> Timeline:
     """Return the bundle's Timeline: captures read and aligned once; derived tables computed on demand.
 
     With `cache` (the default), the decoded and aligned packet tables and every derived table are kept
     in the decode cache (`xlayer.timeline.cache`) and read back by the next command on the same
     captures; without it, `spill` (default: when the packet captures total more than SPILL_MIN_BYTES)
     keeps the packet tables in temporary IPC files instead of memory (module docstring).  `modules` are
-    the table modules (`xlayer.metrics.MODULES` for the metric tables).
+    the table modules (`xlayer.metrics.MODULES` for the metric tables).  `keys` (parsers.crypto keys)
+    decrypt protected 802.11 frames; with keys the cache is not used (nothing derived from a secret
+    is stored).
     """
     from xlayer.timeline import cache as tcache
 
@@ -420,7 +456,7 @@ def open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None = No
     clean_stale_spills()
     cols = needed_columns(modules)
     key = build = None
-    if cache:
+    if cache and not keys:
         key = tcache.entry_key(_key_parts(bundle, decoder, cols, reference, bin_ns, modules))
         entry = tcache.lookup(key)
         if entry is not None:
@@ -438,7 +474,7 @@ def open_timeline(bundle: Bundle | str | os.PathLike, reference: str | None = No
     try:
         tl = _open_timeline(bundle, reference, decoder, bin_ns, progress,
                             True if build is not None else spill, created, modules,
-                            str(build) if build is not None else None)
+                            str(build) if build is not None else None, keys)
         tl.host_state()     # read now, so its read errors are known to every output (and kept in the cache)
         if build is not None:
             tl = _commit(tl, build, key)
@@ -505,7 +541,7 @@ def _from_entry(bundle: Bundle, entry: Any, bin_ns: int, modules: Sequence[Any])
 
 def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: int,
                    progress: Callable[[str], None] | None, spill: bool | None, created: list[str],
-                   modules: Sequence[Any], spill_dir: str | None) -> Timeline:
+                   modules: Sequence[Any], spill_dir: str | None, keys: Sequence[Any] | None = None) -> Timeline:
     import xlayer.timeline.match as mm
     from xlayer.timeline.align import align_bundle
 
@@ -536,12 +572,13 @@ def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: 
             if not path.is_file():
                 raise BundleError(f"{e.file}: capture file is missing from the bundle")
             if spill_dir is None:
-                raw[e.file] = read_packets(path, cols, decoder, stats=read_stats.setdefault(e.file, IngestStats()))
+                raw[e.file] = read_packets(path, cols, decoder, stats=read_stats.setdefault(e.file, IngestStats()),
+                                           keys=keys)
             else:
                 d = os.path.join(spill_dir, f"{n:03d}")
                 os.makedirs(d)
                 raw_files[e.file], small = _spill_read(path, cols, list(mm.READ_COLS), d, decoder,
-                                                       stats=read_stats.setdefault(e.file, IngestStats()))
+                                                       stats=read_stats.setdefault(e.file, IngestStats()), keys=keys)
                 # what the alignment reads is held on disk too until every capture is read: reading the
                 # next capture then holds no earlier capture in memory beside its decoder's buffers
                 align_files[e.file] = os.path.join(d, "align.arrow")
@@ -601,6 +638,28 @@ def read_notes(tl: Timeline) -> list[str]:
             bits.append(f"{st.skipped_bytes:,} bytes skipped")
         if st.error:
             bits.append(f"reading stopped early: {st.error}")
+        note = decryption_note(st.decryption)
+        if note:
+            bits.append(note)
         if bits:
             out.append(f"{f}: " + "; ".join(bits))
     return out
+
+
+def decryption_note(d: dict | None) -> str | None:
+    """Return what decrypting a capture with the keys given did, in one phrase (None: no keys given)."""
+    if not d:
+        return None
+    def n(k: str, one: str, many: str) -> str:
+        return f"{d[k]:,} {one if d[k] == 1 else many}"
+
+    text = (f"decrypted {d['decrypted']:,} of {n('protected', 'protected frame', 'protected frames')} "
+            f"({n('hs_handshakes', 'handshake', 'handshakes')}, {n('keys_derived', 'key', 'keys')} derived")
+    for k, one, many in (("mic_failures", "MIC failure", "MIC failures"), ("no_key", "with no key", "with no key"),
+                         ("hs_handshakes_failed", "handshake failed (wrong passphrase or PMK?)",
+                          "handshakes failed (wrong passphrase or PMK?)"),
+                         ("mic_unverified", "cut by the snap length (MIC unverified)",
+                          "cut by the snap length (MIC unverified)"), ("wep", "WEP, not decrypted", "WEP, not decrypted")):
+        if d.get(k):
+            text += f", {n(k, one, many)}"
+    return text + ")"
