@@ -218,8 +218,26 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
         incidents.append(Incident(w.start_ns, w.end_ns, w.kind, flows, stations, w.drop, found))
     incidents.sort(key=lambda i: (-i.confidence, i.start_ns))
     return Analysis(incidents, _flow_summary(ctx, chosen, g), tl.alignment.as_json(), dict(tl.bundle.tags),
-                    [f"{f}: {err}" for f, err in tl.errors.items()] + read_notes(tl) + flow_notes(tl, chosen, cfg)
-                    + shared, left_out(tl.table("flows"), cfg).to_dicts())
+                    [f"{f}: {err}" for f, err in tl.errors.items()] + read_notes(tl) + capture_loss_notes(tl)
+                    + flow_notes(tl, chosen, cfg) + shared, left_out(tl.table("flows"), cfg).to_dicts())
+
+
+CAPTURE_LOSS_NOTE = 0.01   # a sniffer that missed this share of MPDUs is said: its counts are short
+
+
+def capture_loss_notes(tl: Timeline) -> list[str]:
+    """Return one line per air capture that missed at least CAPTURE_LOSS_NOTE of the MPDUs sent (`capture_loss`)."""
+    if not tl.entries("air"):
+        return []
+    cl = tl.table("capture_loss").filter(pl.col("direction") == "all")
+    out = []
+    for r in cl.sort("capture_file").iter_rows(named=True):
+        inferred, missed = int(r["mpdus_inferred"] or 0), int(r["mpdus_missed"] or 0)
+        if inferred and missed / inferred >= CAPTURE_LOSS_NOTE:
+            out.append(f"{r['capture_file']}: the sniffer missed {missed:,} of {inferred:,} data MPDUs "
+                       f"({missed / inferred:.1%}, by sequence-number gaps): retries, airtime and attempts read "
+                       f"from it are undercounted, and a missed frame's fate is inferred")
+    return out
 
 
 MAX_NAMED = 3            # left-out flows named in a note (the rest counted)
