@@ -798,6 +798,9 @@ def _incidents_html(analysis: Analysis, t0_ns: int | None) -> str:
     if not analysis.incidents and not analysis.flows:
         # nothing was watched: "no drop" would claim more than was looked at
         n = len(analysis.flows_left_out)
+        if n == 0:
+            return ("<p>No incident, and none could be seen: no packet capture carried an IP flow (drop "
+                    "detection reads flows from packet captures; see the notes).</p>")
         return (f"<p>No incident, and none could be seen: no flow met drop detection's rate and duration "
                 f"({n} flow{'s' if n != 1 else ''} left out, see Flows and the notes).</p>")
     if not analysis.incidents:
