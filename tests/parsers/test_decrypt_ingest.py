@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import struct
-import subprocess
 import zlib
 from pathlib import Path
 
@@ -19,7 +18,8 @@ import pytest
 from parsers.crypto import parse_key
 from parsers.decode.ingest import IngestStats, read_capture
 from parsers.formats.containers import open_capture
-from tests.helpers.common import CORPUS, corpus_or_skip, tshark_or_skip
+from tests.helpers.common import CORPUS, corpus_or_skip
+from tests.helpers.wpa import corpus_file, tshark_decrypted
 
 INDUCTION = "radiotap/wireshark__wpa-Induction.pcap"
 KEY = "Induction:Coherer"
@@ -33,34 +33,6 @@ DECRYPT_COLS = ["wlan_decrypted", "wlan_mic", "wlan_key"]
 BODY_PREFIXES = ("eth_", "vlan_", "ip_", "sport", "dport", "tcp_", "udp_", "icmp_")
 
 
-def _path(rel: str) -> Path:
-    p = corpus_or_skip() / rel
-    if not p.exists():
-        pytest.skip(f"{rel} not in the corpus")
-    return p
-
-
-@functools.lru_cache(maxsize=None)
-def _tshark_rows(rel: str, key: str) -> dict[int, tuple]:
-    """Return frame number -> (ip_src, ip_dst, ip_len, ip_id, TCP/UDP sport, dport) of the unfragmented
-    protected frames tshark decrypts to IPv4."""
-    out = subprocess.run(
-        [tshark_or_skip(), "-r", str(CORPUS / rel), "-o", "wlan.enable_decryption:TRUE",
-         "-o", f'uat:80211_keys:"wpa-pwd","{key}"', "-T", "fields", "-E", "separator=/t", "-E", "occurrence=f",
-         "-e", "frame.number", "-e", "ip.src", "-e", "ip.dst", "-e", "ip.len", "-e", "ip.id",
-         "-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "udp.srcport", "-e", "udp.dstport", "-e", "ip.proto", "-e", "wlan.fc.protected", "-e", "wlan.frag",
-         "-e", "wlan.fc.frag"],
-        capture_output=True, text=True, timeout=60, check=True).stdout
-    res = {}
-    for line in out.splitlines():
-        n, src, dst, ln, iid, sp, dp, usp, udp, proto, prot, frag, more = line.split("\t")
-        # ports of the outer TCP/UDP header only (an ICMP error's quoted header is not ours to decode)
-        sp, dp = (sp or usp, dp or udp) if proto in ("6", "17") else ("", "")
-        if prot == "1" and src and frag in ("0", "") and more in ("0", "False", ""):
-            res[int(n)] = (src, dst, int(ln), int(iid, 16), int(sp) if sp else None, int(dp) if dp else None)
-    return res
-
-
 @functools.lru_cache(maxsize=None)
 def _read(rel: str, decoder: str, key: str | None) -> tuple[pl.DataFrame, dict | None]:
     st = IngestStats()
@@ -71,8 +43,8 @@ def _read(rel: str, decoder: str, key: str | None) -> tuple[pl.DataFrame, dict |
 
 @pytest.mark.parametrize("decoder", ["fast", "reference"])
 def test_decrypted_frames_have_tshark_ip_columns(decoder):
-    _path(INDUCTION)
-    theirs = _tshark_rows(INDUCTION, KEY)
+    corpus_file(INDUCTION)
+    theirs = tshark_decrypted(INDUCTION, KEY)
     assert len(theirs) > 100
     df, counts = _read(INDUCTION, decoder, KEY)
     ours = {r["frame"]: (r["ip_src"], r["ip_dst"], r["ip_len"], r["ip_id"], r["sport"], r["dport"])
@@ -88,7 +60,7 @@ def test_decrypted_frames_have_tshark_ip_columns(decoder):
 
 @pytest.mark.parametrize("rel", [INDUCTION, *sorted(OTHERS)])
 def test_fast_and_reference_agree_with_keys(rel):
-    _path(rel)
+    corpus_file(rel)
     key = OTHERS.get(rel, KEY)
     fast, fc = _read(rel, "fast", key)
     ref, rc = _read(rel, "reference", key)
@@ -109,7 +81,7 @@ def _first_difference(a: pl.DataFrame, b: pl.DataFrame) -> str:
 
 @pytest.mark.parametrize("decoder", ["fast", "reference"])
 def test_keys_change_only_the_decrypted_rows_bodies(decoder):
-    _path(INDUCTION)
+    corpus_file(INDUCTION)
     plain, _ = _read(INDUCTION, decoder, None)
     assert plain.equals(read_capture(CORPUS / INDUCTION, decoder=decoder, keys=[]), null_equal=True)
     assert plain.select(DECRYPT_COLS).null_count().row(0) == (plain.height,) * 3
@@ -128,7 +100,7 @@ def test_keys_change_only_the_decrypted_rows_bodies(decoder):
 
 @pytest.mark.parametrize("decoder", ["fast", "reference"])
 def test_wrong_passphrase_counts_failed_handshakes(decoder):
-    _path(INDUCTION)
+    corpus_file(INDUCTION)
     st = IngestStats()
     df = read_capture(CORPUS / INDUCTION, decoder=decoder, stats=st, keys=[parse_key("NotThePassword:Coherer")])
     assert st.decryption["decrypted"] == 0 and st.decryption["hs_handshakes_failed"] >= 1
@@ -167,7 +139,7 @@ def _first_decrypted_tcp(df: pl.DataFrame) -> int:
 @pytest.fixture()
 def crafted(tmp_path):
     """Return (records of wpa-Induction, index of a decrypted TCP frame, tmp_path)."""
-    _path(INDUCTION)
+    corpus_file(INDUCTION)
     df, _ = _read(INDUCTION, "fast", KEY)
     return _records(CORPUS / INDUCTION), _first_decrypted_tcp(df), tmp_path
 
@@ -243,7 +215,7 @@ def test_bare_records_match_the_full_radio_header_walk():
 
 def test_projected_reads_decrypt_alike():
     """A read of a few columns decrypts as a full read does, in both decoders."""
-    _path(INDUCTION)
+    corpus_file(INDUCTION)
     cols = ["ip_src", "sport", "wlan_decrypted", "wlan_mic"]
     full, _ = _read(INDUCTION, "fast", KEY)
     for decoder in ("fast", "reference"):

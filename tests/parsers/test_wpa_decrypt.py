@@ -11,10 +11,8 @@ written by the test into tmp_path from corpus frames.
 """
 from __future__ import annotations
 
-import functools
 import random
 import struct
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +23,7 @@ from parsers.crypto.decrypt import Decryptor
 from parsers.crypto.frames import dot11_records, parse_header
 from parsers.crypto.keys import pmk_from_passphrase
 from parsers.formats.containers import open_capture
-from tests.helpers.common import CORPUS, corpus_or_skip, tshark_or_skip
+from tests.helpers.wpa import corpus_file, tshark_decrypted
 
 LLC_IPV4 = b"\xaa\xaa\x03\x00\x00\x00\x08\x00"
 CASES = {   # file -> passphrase:SSID (MANIFEST.tsv; aircrack-ng test1's SSID is "ogogo", from its beacons)
@@ -42,28 +40,9 @@ CASES = {   # file -> passphrase:SSID (MANIFEST.tsv; aircrack-ng test1's SSID is
 TSHARK_MISSES_TKIP_GTK = {"radiotap/wireshark__wpa-Induction.pcap"}
 
 
-def _path(rel: str) -> Path:
-    p = corpus_or_skip() / rel
-    if not p.exists():
-        pytest.skip(f"{rel} not in the corpus")
-    return p
-
-
-@functools.lru_cache(maxsize=None)
 def tshark_ip(rel: str, key: str) -> dict[int, tuple]:
     """Return frame number -> (src, dst, len, id) of the unfragmented protected frames tshark decrypts to IPv4."""
-    out = subprocess.run(
-        [tshark_or_skip(), "-r", str(CORPUS / rel), "-o", "wlan.enable_decryption:TRUE",
-         "-o", f'uat:80211_keys:"wpa-pwd","{key}"', "-T", "fields", "-E", "separator=/t", "-E", "occurrence=f",
-         "-e", "frame.number", "-e", "ip.src", "-e", "ip.dst", "-e", "ip.len", "-e", "ip.id",
-         "-e", "wlan.fc.protected", "-e", "wlan.frag", "-e", "wlan.fc.frag"],
-        capture_output=True, text=True, timeout=60, check=True).stdout
-    res = {}
-    for line in out.splitlines():
-        n, src, dst, ln, iid, prot, frag, more = line.split("\t")
-        if prot == "1" and src and frag in ("0", "") and more in ("0", "False", ""):
-            res[int(n)] = (src, dst, int(ln), int(iid, 16))
-    return res
+    return {n: r[:4] for n, r in tshark_decrypted(rel, key).items()}
 
 
 def ip_at(plain: bytes) -> int:
@@ -109,7 +88,7 @@ def unfragmented(f: bytes) -> bool:
 
 @pytest.mark.parametrize("rel", sorted(CASES))
 def test_same_ip_frames_as_tshark(rel):
-    path = _path(rel)
+    path = corpus_file(rel)
     key = CASES[rel]
     theirs = tshark_ip(rel, key)
     res = decrypt_capture(path, [parse_key(key)])
@@ -134,30 +113,30 @@ def test_same_ip_frames_as_tshark(rel):
 
 def test_counts_and_keys_of_the_corpus():
     """Handshakes, rekeys and group keys found, per capture (checked by hand against tshark's EAPOL view)."""
-    induction = decrypt_capture(_path("radiotap/wireshark__wpa-Induction.pcap"), [parse_key("Induction:Coherer")])
+    induction = decrypt_capture(corpus_file("radiotap/wireshark__wpa-Induction.pcap"), [parse_key("Induction:Coherer")])
     assert [(k["kind"], k["cipher"]) for k in induction.keys] == [("ptk", "CCMP-128"), ("gtk", "TKIP")]
     assert induction.counts.decrypted == 276 and induction.counts.mic_failures == 0
     # 3 handshakes, each a rekey of the same pair's PTK: frames use the newest key from its time on
-    linksys = decrypt_capture(_path("radiotap/aircrack-ng__wpa2-psk-linksys.cap"), [parse_key("dictionary:linksys")])
+    linksys = decrypt_capture(corpus_file("radiotap/aircrack-ng__wpa2-psk-linksys.cap"), [parse_key("dictionary:linksys")])
     ptks = [k for k in linksys.keys if k["kind"] == "ptk"]
     assert len(ptks) == 3 and linksys.counts.handshakes.ptks_derived == 3
     for i in np.flatnonzero(linksys.decrypted):
         k = linksys.keys[linksys.key_id[i]]
         if k["kind"] == "ptk":
             assert k == max((p for p in ptks if p["since"] <= i), key=lambda p: p["since"])
-    tkip = decrypt_capture(_path("radiotap/aircrack-ng__wpa-psk-linksys.cap"), [parse_key("dictionary:linksys")])
+    tkip = decrypt_capture(corpus_file("radiotap/aircrack-ng__wpa-psk-linksys.cap"), [parse_key("dictionary:linksys")])
     assert tkip.counts.decrypted == tkip.counts.protected == 59
     assert {k["cipher"] for k in tkip.keys} == {"TKIP"}
 
 
 def test_prism_frames_with_an_fcs_decrypt():
     """aircrack-ng's wpa.cap (Prism, TKIP) carries FCSs the header does not announce: airdecap-ng decrypts 2."""
-    res = decrypt_capture(_path("radiotap/aircrack-ng__wpa.cap"), [parse_key("biscotte:test")])
+    res = decrypt_capture(corpus_file("radiotap/aircrack-ng__wpa.cap"), [parse_key("biscotte:test")])
     assert res.counts.decrypted == 2 and res.counts.fcs_stripped == 2 and res.counts.mic_failures == 0
 
 
 def test_wrong_passphrase_decrypts_nothing_and_counts_the_handshake():
-    res = decrypt_capture(_path("radiotap/wireshark__wpa-Induction.pcap"), [parse_key("Induction2:Coherer")])
+    res = decrypt_capture(corpus_file("radiotap/wireshark__wpa-Induction.pcap"), [parse_key("Induction2:Coherer")])
     c = res.counts
     assert not res.decrypted.any() and all(p is None for p in res.plaintext)
     assert c.handshakes.ptks_derived == 0 and c.handshakes.handshakes == c.handshakes.handshakes_failed == 1
@@ -167,19 +146,19 @@ def test_wrong_passphrase_decrypts_nothing_and_counts_the_handshake():
 
 def test_sae_handshake_with_a_passphrase_is_counted_as_needing_the_pmk():
     """WPA3-SAE derives the PMK in the SAE exchange: a passphrase alone cannot give it (say so, count it)."""
-    res = decrypt_capture(_path("radiotap/aircrack-ng__wpa3-psk.pcap"), [parse_key("abcdefgh:testnetwork")])
+    res = decrypt_capture(corpus_file("radiotap/aircrack-ng__wpa3-psk.pcap"), [parse_key("abcdefgh:testnetwork")])
     hs = res.counts.handshakes
     assert hs.needs_pmk == 1 and hs.handshakes == hs.handshakes_failed == 1 and hs.ptks_derived == 0
 
 
 def test_no_keys_at_all():
-    res = decrypt_capture(_path("radiotap/wireshark__wpa-Induction.pcap"), [])
+    res = decrypt_capture(corpus_file("radiotap/wireshark__wpa-Induction.pcap"), [])
     assert res.counts.no_key == 280 and res.counts.handshakes.handshakes_incomplete == 0
     assert res.counts.handshakes.handshakes == 1 and not res.decrypted.any()
 
 
 def test_psk_and_tk_specs_decrypt_what_the_passphrase_does():
-    path = _path("radiotap/libpcap__wpa2linkuppassphraseiswireshark.pcap")
+    path = corpus_file("radiotap/libpcap__wpa2linkuppassphraseiswireshark.pcap")
     by_pwd = decrypt_capture(path, [parse_key("wireshark:ikeriri-5g")])
     pmk = pmk_from_passphrase(b"wireshark", b"ikeriri-5g").hex()
     by_psk = decrypt_capture(path, [parse_key(f"wpa-psk:{pmk}")])
@@ -198,7 +177,7 @@ def test_psk_and_tk_specs_decrypt_what_the_passphrase_does():
 
 
 def test_results_never_hold_the_secrets():
-    path = _path("radiotap/wireshark__wpa-Induction.pcap")
+    path = corpus_file("radiotap/wireshark__wpa-Induction.pcap")
     key = parse_key("Induction:Coherer")
     res = decrypt_capture(path, [key])
     d = Decryptor([key])
@@ -216,7 +195,7 @@ def test_results_never_hold_the_secrets():
 
 
 def _frames(rel: str) -> tuple[list[bytes], list[int]]:
-    recs = list(dot11_records(_path(rel)))
+    recs = list(dot11_records(corpus_file(rel)))
     return [r.frame for r in recs], [r.wire_len for r in recs]
 
 
@@ -294,11 +273,11 @@ def test_hostile_eapol_and_frames_never_raise():
                                  "radiotap/malformed/aircrack-ng__floatingpoint_exception.pcap",
                                  "radiotap/malformed/aircrack-ng__wpaclean_crash.pcap"])
 def test_malformed_captures_are_counted_not_raised(rel):
-    res = decrypt_capture(_path(rel), [parse_key("abcdefgh:testnetwork")])
+    res = decrypt_capture(corpus_file(rel), [parse_key("abcdefgh:testnetwork")])
     c = res.counts
     assert c.frames == len(res.plaintext) > 0 and c.internal_errors == 0
     assert c.protected == c.decrypted + c.mic_failures + c.no_key + c.wep + c.too_short
-    skipped = [r for r in dot11_records(_path(rel)) if r.frame is None]
+    skipped = [r for r in dot11_records(corpus_file(rel)) if r.frame is None]
     assert c.not_dot11 == len(skipped) and all(r.skipped for r in skipped)
     assert [res.reason[r.index] for r in skipped] == [r.skipped for r in skipped]
 
@@ -319,7 +298,7 @@ def _raw_records(path: Path) -> tuple[list[bytes], list[int], int]:
 def test_snap_length_cut_capture_through_radiotap(tmp_path):
     """A radiotap capture (FCS flagged) re-written with a 120-byte snap length: cut protected frames
     decrypt their captured prefix, unverified, and equal the whole frames' plaintext prefix."""
-    src = _path("radiotap/wireshark__wpa-Induction.pcap")
+    src = corpus_file("radiotap/wireshark__wpa-Induction.pcap")
     key = [parse_key("Induction:Coherer")]
     whole = decrypt_capture(src, key)
     raw, wire, lt = _raw_records(src)

@@ -314,7 +314,22 @@ def _release_freed_memory() -> None:
         pass
 
 
-class DecryptedTables(Mapping):
+class _LazyTables(Mapping):
+    """Packet tables by capture file (`_files`: the files, or a dict keyed by them), read when asked for."""
+
+    _files: Any
+
+    def __contains__(self, file: object) -> bool:
+        return file in self._files
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+
+class DecryptedTables(_LazyTables):
     """The alignment's columns of a bundle's packet captures, each read with keys when asked for (not kept)."""
 
     def __init__(self, bundle: Bundle, decoder: str, keys: Sequence[Any]):
@@ -331,17 +346,8 @@ class DecryptedTables(Mapping):
             raise BundleError(f"{file}: capture file is missing from the bundle")
         return read_packets(path, self._cols, self._decoder, keys=self._keys)
 
-    def __contains__(self, file: object) -> bool:
-        return file in self._files
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._files)
-
-    def __len__(self) -> int:
-        return len(self._files)
-
-
-class _IpcTables(Mapping):
+class _IpcTables(_LazyTables):
     """Packet tables by capture file, each read from its IPC file only when asked for (not kept)."""
 
     def __init__(self, files: dict[str, str]):
@@ -349,15 +355,6 @@ class _IpcTables(Mapping):
 
     def __getitem__(self, file: str) -> pl.DataFrame:
         return pl.read_ipc(self._files[file])
-
-    def __contains__(self, file: object) -> bool:
-        return file in self._files
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._files)
-
-    def __len__(self) -> int:
-        return len(self._files)
 
 
 # Without the cache, spill the packet tables to disk when the bundle's packet captures hold more than this.
