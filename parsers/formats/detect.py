@@ -52,7 +52,16 @@ def guess_format_bytes(head: bytes, whole: Callable[[], bytes] | None = None) ->
     if head[:4] == PCAPNG_MAGIC:
         return "pcapng"
     if head[:2] == GZIP_MAGIC:
-        # flent stores its results as gzipped JSON; look inside rather than trust the name.
+        # A gzipped capture is read as its capture format (the readers unpack gzip as they go); flent
+        # stores its results as gzipped JSON.  Look inside rather than trust the name.
+        try:
+            inner = _gunzip_capped(head, 8)
+        except zlib.error:
+            return None
+        if inner[:4] in PCAP_MAGICS:
+            return "pcap"
+        if inner[:4] == PCAPNG_MAGIC:
+            return "pcapng"
         try:
             inner = _gunzip_capped(whole() if whole is not None else head, WHOLE_MAX)
         except zlib.error:

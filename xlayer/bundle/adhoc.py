@@ -20,7 +20,7 @@ import shlex
 import struct
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from parsers.formats.detect import (
@@ -55,7 +55,6 @@ class AdHocBundle:
 
     bundle: Bundle
     given: list[str]        # per capture, in bundle order: the path the user typed
-    gzipped: list[str] = field(default_factory=list)     # those of them that are gzip files
 
     def announcement(self) -> str:
         """Return the one line saying the files are read as a temporary bundle, and how to keep it."""
@@ -66,13 +65,10 @@ class AdHocBundle:
             by_kind.setdefault(e.kind.replace("_", " "), []).append(os.path.basename(g) + on)
         what = "; ".join(f"{k}: {', '.join(names)}" for k, names in by_kind.items())
         n = len(pairs)
-        gz = self.gzipped
-        keep = [f"{_KIND_OPTION[e.kind]} {shlex.quote(e.vantage + '=' + _unzipped(g, gz))}" for e, g in pairs]
+        keep = [f"{_KIND_OPTION[e.kind]} {shlex.quote(e.vantage + '=' + g)}" for e, g in pairs]
         keep += [f"--clock {shlex.quote(f'{e.vantage}={e.clock}')}" for e, _ in pairs if e.clock != e.vantage]
-        # `bundle new` recognises formats from the file's first bytes, and a gzip stream is none of them
-        unzip = f" (after gunzip -k {' '.join(shlex.quote(g) for g in gz)}: it takes no gzipped capture)" if gz else ""
         return (f"no bundle given: reading {n} capture{'s' if n != 1 else ''} as a temporary bundle ({what}); "
-                f"to keep it: xlayer bundle new DIR {' '.join(keep)}{unzip}")
+                f"to keep it: xlayer bundle new DIR {' '.join(keep)}")
 
     def _file_of(self, clock: str) -> str:
         return next(os.path.basename(g) for e, g in zip(self.bundle.captures, self.given) if e.vantage == clock)
@@ -112,7 +108,7 @@ def adhoc_bundle(paths: Sequence[str]) -> AdHocBundle:
     _host_clocks(captures)
     bundle = Bundle(captures=captures, path=Path(root))
     check_bundle(bundle, "the captures given")
-    return AdHocBundle(bundle, list(paths), [p for p in paths if _gzipped(p)])
+    return AdHocBundle(bundle, list(paths))
 
 
 def _host_clocks(captures: list[CaptureEntry]) -> None:
@@ -129,16 +125,6 @@ def _host_clocks(captures: list[CaptureEntry]) -> None:
 
 def _first_word(name: str) -> str:
     return re.split(r"[-_.]", name.lower(), maxsplit=1)[0]
-
-
-def _unzipped(path: str, gz: list[str]) -> str:
-    """Return the name `gunzip -k` gives a gzipped capture (the path itself for the others)."""
-    return path[:-3] if path in gz and path.lower().endswith(".gz") else path
-
-
-def _gzipped(path: str) -> bool:
-    with open_regular(path) as fh:
-        return fh.read(2) == GZIP_MAGIC
 
 
 def vantage_name(path: str) -> str:
