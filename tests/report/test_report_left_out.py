@@ -60,3 +60,13 @@ def test_default_thresholds_list_only_what_they_leave_out(tl, tmp_path) -> None:
     page = (build_report(tl, an, tmp_path / "r.html"), (tmp_path / "r.html").read_text())[1]
     assert len(_rows(page, "flows_left_out")) == len(an.flows_left_out)
     assert "none could be seen" not in page
+
+
+def test_header_names_the_doubts_and_exclusions(tl, tmp_path) -> None:
+    an = analyze(tl, DropConfig(min_rate_bps=1e12))
+    page = (build_report(tl, an, tmp_path / "r.html"), (tmp_path / "r.html").read_text())[1]
+    row = re.search(r"<th>doubts, exclusions</th><td>(.*?)</td></tr>", page, re.S)
+    assert row and an.notes
+    shown = [html_mod.unescape(x) for x in re.findall(r"<li>(.*?)</li>", row.group(1), re.S)]
+    assert shown[0] == an.notes[0]
+    assert len(shown) == min(len(an.notes), 4)

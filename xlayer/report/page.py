@@ -955,7 +955,22 @@ def _header_html(tl: Any, analysis: Analysis, nets: list[dict[str, Any]], t0: in
             f"<tr><th>captures</th><td>{caps}</td></tr>"
             f"<tr><th>time span</th><td>{span}</td></tr>"
             f"<tr><th>tags</th><td>{tag_html}</td></tr>"
-            f"<tr><th>found</th><td><b>{verdict}</b></td></tr></table>")
+            f"<tr><th>found</th><td><b>{verdict}</b></td></tr>"
+            f"<tr><th>doubts, exclusions</th><td>{_doubts_html(tl, analysis)}</td></tr></table>")
+
+
+def _doubts_html(tl: Any, analysis: Analysis, shown: int = 4) -> str:
+    """Return what the reader must know before trusting the page: captures not aligned well, then the
+    analysis notes (read errors, sniffer capture loss, protected traffic, flows left out), the first few."""
+    al = getattr(tl, "alignment", None)
+    poor = [c for c in (al.captures if al is not None else []) if (c.status or "aligned") != "aligned"]
+    items = [f"clock of {c.file}: {c.status}" for c in poor] + list(analysis.notes)
+    if not items:
+        return "<span class=dim>none</span>"
+    head = "".join(f"<li>{esc(x)}</li>" for x in items[:shown])
+    more = (f"<li class=dim>… {len(items) - shown} more below (Clock alignment, Notes)</li>"
+            if len(items) > shown else "")
+    return f"<ul class=notes>{head}{more}</ul>"
 
 
 CSS = """
