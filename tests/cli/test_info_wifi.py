@@ -139,7 +139,7 @@ def test_channel_numbers() -> None:
 
 
 def test_utc_labels_of_info_and_bundle_show() -> None:
-    from xlayer.cli.utc import iso_label, utc_label
+    from xlayer.text import iso_label, utc_label
 
     assert utc_label(1_700_000_000_123_456_789) == "2023-11-14 22:13:20.123456 UTC"
     assert utc_label(1_700_000_000_123_456_789, 9) == "2023-11-14 22:13:20.123456789 UTC"

@@ -27,8 +27,7 @@ from xlayer.bundle.manifest import (
     write_manifest,
 )
 from xlayer.bundle.tables import describe, guess_format
-from xlayer.cli.utc import iso_label, utc_label
-from xlayer.text import iso_ns, safe_text
+from xlayer.text import iso_label, iso_ns, safe_text, utc_label
 
 _VANTAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _KIND_OPTION = {"air": "--air", "wired": "--wired", "tcp_state": "--tcp-state"}

@@ -14,10 +14,9 @@ from parsers.decode.ingest import IngestStats, iter_tables
 from parsers.decode.registry import linktype_name
 from parsers.formats.records import CaptureError
 from xlayer.cli.common import add_key_options, keys_from_args
-from xlayer.cli.utc import utc_label
 from xlayer.cli.wifi import WifiSummary
 from xlayer.signals import Stop, stop_on_signals
-from xlayer.text import safe_text
+from xlayer.text import safe_text, utc_label
 
 
 def _print_counts(st: IngestStats, out=sys.stdout) -> None:
