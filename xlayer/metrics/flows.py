@@ -359,7 +359,8 @@ def flow_series(prep: Prepared, bin_ns: int, max_gap_ns: int = SERIES_MAX_GAP_NS
         pl.lit(bin_ns, pl.Int64).alias("bin_ns"),
         (pl.col("goodput_bytes") * 8e9 / bin_ns).alias("goodput_bps"),
         (pl.col("bytes") * 8e9 / bin_ns).alias("throughput_bps"))
-    return conform(out.sort("fid", "bin_start_ns").drop("fid"), FLOW_SERIES)
+    # ordered by the flow's name, not its code: categorical codes depend on what the process saw before
+    return conform(out.sort("flow", "bin_start_ns").drop("fid"), FLOW_SERIES)
 
 
 # --- RTT ---
@@ -453,7 +454,7 @@ def rtt_samples(prep: Prepared) -> pl.DataFrame:
                         pl.col("frame").alias("data_frame"), "ack_frame", pl.lit("ts_echo").alias("method")))
     res = (pl.concat(out).join(prep.flows.select("fid", "flow"), on="fid")
            .with_columns(pl.lit(prep.vantage).alias("vantage"), pl.lit(prep.capture_file).alias("capture_file"))
-           .sort("fid", "ts_ns", "method").drop("fid"))
+           .sort("flow", "ts_ns", "method", "data_frame").drop("fid"))
     return conform(res, RTT)
 
 
