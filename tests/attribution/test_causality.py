@@ -98,6 +98,8 @@ class _Ctx:
                                                                  "signal_dbm": pl.Float64})
         self.tables["attempts"] = pl.DataFrame(schema={"ts_ns": pl.Int64, "station": pl.Utf8, "retry": pl.Boolean,
                                                        "frag": pl.UInt8, "ta": pl.Utf8, "mac_seq": pl.UInt16})
+        self.tables["retransmissions"] = pl.DataFrame(schema={"ts_ns": pl.Int64, "capture_file": pl.Utf8,
+                                                              "spurious": pl.Boolean, "trigger": pl.Utf8})
         self.quiet = quiet or []
 
     def table(self, name: str) -> pl.DataFrame:
@@ -369,3 +371,82 @@ def test_a_burst_shorter_than_the_drop_is_seen_against_the_worst_steady_step(bur
         assert whole < 0.5 and f is not None and f.confidence > 0.6 and "at its worst" in f.summary
     else:
         assert f is None or f.confidence < 0.2
+
+
+def test_fragment_time_is_the_burst_and_the_rest_of_a_retried_fragmented_msdu_is_retries():
+    # 3 fragments of 2 ms each, 2 of them sent twice (5 attempts), 30 ms from the first's end to the last's:
+    # the two further fragments cost their airtime and an ACK exchange each; the rest is what the retries took
+    dl = _line([{"arrive": 0, "station": "A", "flow": "f", "access": 1, "air": 2, "frag": 30, "fragments": 3,
+                 "attempts": 5}])
+    d = decompose(dl)
+    burst = 2 * (2 * MS + delaysplit_exchange())
+    assert d["fragments_ns"][0] == burst and d["retry_ns"][0] == 30 * MS - burst
+    # a DSSS frame's ACK exchange is the long-preamble 1 Mbit/s ACK's
+    dl = _line([{"arrive": 0, "station": "A", "flow": "f", "access": 1, "air": 2, "frag": 30, "fragments": 3,
+                 "attempts": 5, "rate": 11.0}])
+    from xlayer.metrics.delay import DSSS_ACK_EXCHANGE_NS
+    assert decompose(dl)["fragments_ns"][0] == 2 * (2 * MS + DSSS_ACK_EXCHANGE_NS)
+
+
+def delaysplit_exchange() -> int:
+    from xlayer.metrics.delay import OFDM_ACK_EXCHANGE_NS
+    return OFDM_ACK_EXCHANGE_NS
+
+
+def test_a_longer_queue_of_the_same_work_grows_no_part_of_the_line():
+    parts = dict.fromkeys(delaysplit.PARTS, 0.0)
+    # a line busy with fragments: a queue three times longer is three times the fragment time, nothing changed
+    out = {**parts, "wired": 50.0, "load": 20.0, "fragments": 60.0}
+    longer = delaysplit.Split({**parts, "wired": 50.0, "load": 60.0, "fragments": 180.0}, out, 10, None)
+    assert all(longer.increase(k) == pytest.approx(0.0) for k in delaysplit.PARTS)
+    assert longer.grew("fragments") == pytest.approx(120.0)
+    # the same queue with retries taking a share of it: the retries are what grew
+    retried = delaysplit.Split({**parts, "wired": 50.0, "load": 40.0, "fragments": 120.0, "retry": 80.0}, out, 10,
+                               None)
+    assert max(delaysplit.PARTS, key=retried.increase) == "retry"
+    assert retried.increase("retry") == pytest.approx(80.0) and retried.increase("fragments") == pytest.approx(0.0)
+    # the wired path adds, whatever the queue
+    assert delaysplit.Split({**parts, "wired": 90.0, "load": 20.0, "fragments": 60.0}, out, 10,
+                            None).increase("wired") == pytest.approx(40.0)
+
+
+def test_the_late_packets_are_those_the_timeout_waited_for_not_the_resent_queue_after_it():
+    # before the timeout (fired at 10.5 s) f's packets wait behind B's retried MPDU; after it, a burst of
+    # resent data queues behind plain work (the timeout's own consequence)
+    before = [{"arrive": 10_000, "station": "B", "flow": "g", "attempts": 200, "retry": 300}]
+    before += [{"arrive": 10_001 + 2 * k, "station": "A", "flow": "f"} for k in range(100)]
+    resent = [{"arrive": 10_600 + 0.05 * k, "station": "A", "flow": "f"} for k in range(3000)]
+    ctx = _Ctx(_line(_steady(8_000, 9_500) + before + resent + _steady(12_000, 13_000)), quiet=QUIET)
+    w = Window(10_000 * MS, 12_000 * MS, ["f"])
+    anyone = delaysplit.split(ctx, w, ["f"], 200.0)
+    fired = delaysplit.split(ctx, w, ["f"], 200.0, [10_500 * MS])
+    # every late packet: mostly the resent queue's plain wait; those the timeout waited for: the retries
+    assert anyone.inside["load"] > 5 * (anyone.inside["retry"] + anyone.inside["hog"])
+    assert fired.inside["retry"] + fired.inside["hog"] > fired.inside["load"] and fired.packets < anyone.packets / 10
+
+
+def test_one_transmitter_fragmenting_for_every_station_is_one_condition():
+    from xlayer.attribution.causes import fragmentation
+
+    rows = []
+    for st, t0 in (("A", 1_000), ("B", 5_000)):          # B's traffic starts 4 s later, fragmented as A's
+        for k in range(40):
+            for frag in range(3):
+                rows.append({"ts_ns": (t0 + 10 * k) * MS + frag, "station": st, "retry": False, "frag": frag,
+                             "ta": "ap", "mac_seq": k + (0 if st == "A" else 1000)})
+    ctx = _Ctx(_line(_steady(1_000, 1_010)))
+    ctx.tables["attempts"] = pl.DataFrame(rows, schema_overrides={"frag": pl.UInt8, "mac_seq": pl.UInt16})
+    (w,) = fragmentation.propose(ctx)
+    assert w.stations == ["A", "B"] and w.start_ns == 1_000 * MS + 1 and w.end_ns > 5_000 * MS
+
+
+def test_a_condition_starting_inside_another_is_its_own_window():
+    from xlayer.attribution.analyze import _merge
+
+    s = 1_000_000_000
+    frag = Window(0, 8 * s, kind="sustained", proposer="fragmentation")
+    slow = Window(3 * s, 8 * s, kind="sustained", proposer="performance_anomaly")
+    got = _merge([frag, slow], gap_ns=s // 4)
+    assert sorted((w.start_ns, w.proposer) for w in got) == [(0, "fragmentation"), (3 * s, "performance_anomaly")]
+    # the same proposer's spans, or two starting together, are one
+    assert len(_merge([frag, Window(s // 10, 8 * s, kind="sustained", proposer="performance_anomaly")], s // 4)) == 1

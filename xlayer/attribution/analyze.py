@@ -85,12 +85,18 @@ def _cut(windows: list[Window], events: list[Window]) -> list[Window]:
 
 
 def _apart(a: Window, b: Window, gap_ns: int) -> bool:
-    """Return whether a drop and a condition that held since before it stay two windows.
+    """Return whether a drop and a condition that held since before it (or two conditions, one
+    starting inside the other) stay two windows.
 
     A condition proposed as sustained (RTS/CTS, fragmentation, a slow station) that already held
     `gap_ns` before a drop began was part of the baseline the drop fell from: it does not explain
     the fall, which is a question of its own (a walk, a hidden node inside a whole-run condition)."""
     kinds = {a.kind, b.kind}
+    if kinds == {"sustained"}:
+        # two conditions, the second starting while the first held: each is its own span (a slow
+        # station arriving in a network that fragments everything is a change of its own)
+        first, later = sorted((a, b), key=lambda w: w.start_ns)
+        return a.proposer != b.proposer and first.start_ns < later.start_ns - gap_ns
     if kinds != {"drop", "sustained"}:
         return False
     drop, cond = (a, b) if a.kind == "drop" else (b, a)

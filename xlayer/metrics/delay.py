@@ -14,9 +14,11 @@ of the last transmission seen) and the one-way delays (`owd`: server -> AP wired
 * ``access_ns``: head of line to the first transmission's start: deferral and backoff (other
   stations' frames, the AP's contention);
 * ``air_ns``: the first transmission's airtime;
-* ``fragments_ns`` and ``retry_ns``: end of the first transmission to the end of the last, split by
-  the transmissions seen: further fragments of a fragmented MSDU, and retransmissions with their
-  backoffs and ACK timeouts (the split is by count: transmissions beyond one per fragment are retries);
+* ``fragments_ns`` and ``retry_ns``: end of the first transmission to the end of the last, split into
+  the further fragments of a fragmented MSDU and its retransmissions with their backoffs and ACK
+  timeouts.  Further fragments follow in one burst (SIFS, ACK, SIFS, the next fragment), so each costs
+  at most the first transmission's airtime and an ACK exchange; when the MSDU was also retried, the
+  time beyond that burst is the retries';
 * ``service_ns`` = access + air + fragments + retry: how long the AP's transmit line was this packet's;
 * ``queue_retry_ns``: the part of ``queue_ns`` during which the AP was retransmitting other MPDUs
   (the union of every downlink packet's retry span), so retry time can be told from queueing proper.
@@ -61,6 +63,14 @@ DELAY = register("delay", (
 TABLES = {"delay": DELAY}
 
 
+# SIFS before the ACK and again before the next fragment, and the ACK itself at the lowest mandatory
+# rate: OFDM (16 us SIFS, counting 2.4 GHz's 6 us signal extension; 14-byte ACK at 6 Mbit/s = 20 us
+# preamble + 6 symbols of 4 us = 44 us) and DSSS (10 us SIFS; 192 us long preamble + 112 bits at 1 Mbit/s)
+OFDM_ACK_EXCHANGE_NS = 2 * 16_000 + 44_000
+DSSS_ACK_EXCHANGE_NS = 2 * 10_000 + 304_000
+DSSS_RATES_MBPS = (1.0, 2.0, 5.5, 11.0)
+
+
 def covered(starts: np.ndarray, ends: np.ndarray):  # noqa: ANN201 (returns a vectorised function)
     """Return F(t): how long, up to each t, at least one interval [start, end) was open (ns)."""
     if len(starts) == 0:
@@ -95,9 +105,16 @@ def decompose(down: pl.DataFrame, owd: pl.DataFrame | None = None, wired: list[s
     after = done - first_end
     att = m["n_attempts"].fill_null(1).cast(pl.Int64).to_numpy()
     frags = np.maximum(m["n_fragments"].fill_null(1).cast(pl.Int64).to_numpy(), 1)
-    extra = np.maximum(att - 1, 0)
-    retried = np.minimum(np.maximum(att - frags, 0), extra)
-    retry = np.where(extra > 0, after * retried // np.maximum(extra, 1), after)
+    retried = np.maximum(att - frags, 0)
+    # A further fragment follows its predecessor's ACK after a SIFS, in one burst: it costs its own
+    # airtime (at most the first's) and an ACK exchange.  Time past that is what retries cost (an ACK
+    # timeout, a doubled backoff, the resend), which a split by count understates several times over.
+    rate0 = m["rates_mbps"].list.first().fill_null(0.0).to_numpy() if "rates_mbps" in m.columns \
+        else np.zeros(len(arrive))
+    exchange = np.where(np.isin(rate0, DSSS_RATES_MBPS), DSSS_ACK_EXCHANGE_NS, OFDM_ACK_EXCHANGE_NS)
+    per_fragment = (first_end - tx0) + exchange
+    frag_t = np.where(retried > 0, np.minimum(after, (frags - 1) * per_fragment), after)
+    retry = after - np.where(frags > 1, frag_t, 0)
     # Completions are per air capture: two air captures (two APs' channels) are two transmit lines.
     hol = np.empty(len(arrive), dtype=np.int64)
     waited_retry = np.zeros(len(arrive), dtype=np.int64)

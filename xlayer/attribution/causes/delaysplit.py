@@ -77,9 +77,25 @@ class Split:
     def total_ms(self) -> float:
         return sum(self.inside.values())
 
-    def increase(self, part: str) -> float:
-        """Return how much part `part` grew against outside the drops (ms, >= 0)."""
+    def grew(self, part: str) -> float:
+        """Return how much part `part` of the late packets' delay exceeds its mean outside the drops (ms, >= 0)."""
         return max(0.0, self.inside[part] - self.outside.get(part, 0.0))
+
+    def increase(self, part: str) -> float:
+        """Return how much of the late packets' delay part `part` holds beyond its share outside the drops (ms, >= 0).
+
+        The wired path adds to a packet's delay whatever the queue: its growth is the difference.  The AP's
+        parts are a share of the line time a packet waited: a longer queue of the same work grows them all
+        in proportion, so what changed is the part whose share of that time grew (the late packets waited
+        longest by choice, and on a line busy with fragments every longer wait is mostly fragment time).
+        """
+        if part == "wired" or not self.outside:
+            return self.grew(part)
+        ap_in = sum(v for k, v in self.inside.items() if k != "wired")
+        ap_out = sum(v for k, v in self.outside.items() if k != "wired")
+        if ap_out <= 0:
+            return max(0.0, self.inside[part])
+        return max(0.0, self.inside[part] - ap_in * self.outside.get(part, 0.0) / ap_out)
 
 
 def _window(ctx: Context, w: Window) -> pl.DataFrame:
@@ -191,11 +207,14 @@ def _parts(d: pl.DataFrame, all_d: pl.DataFrame, hog: str | None) -> dict[str, n
     return {"wired": wired, "load": load, "retry": retry, "fragments": frags, "hog": hogp}
 
 
-def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None) -> Split | None:
+def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None,
+          fired_ns: list[int] | None = None) -> Split | None:
     """Return where the flows' slowest packets in the window spent their delay, against outside the drops.
 
     The packets are those whose delay (wired + AP) reached half the RTO when given, else the slowest
-    tenth; outside the drop windows every packet of the same flows counts.
+    tenth; with the times timeouts fired (`fired_ns`), those that reached the AP in the two RTOs
+    before one fired: the delay that made the timeout, not the queue of resent data after it.
+    Outside the drop windows every packet of the same flows counts.
     """
     d = _window(ctx, w)
     if d.height == 0 or not flows:
@@ -209,6 +228,13 @@ def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None
     parts = _parts(mine, served, hog.station if hog else None)
     total = sum(parts.values())
     sel = total >= 0.5 * rto_ms * 1e6 if rto_ms else total >= np.quantile(total, 0.9)
+    if fired_ns and rto_ms:
+        arrive = mine["ts_ns"].to_numpy()
+        before = np.zeros(len(arrive), bool)
+        for t in fired_ns:
+            before |= (arrive <= t) & (arrive >= t - 2 * rto_ms * 1e6)
+        if (sel & before).any():
+            sel = sel & before
     if not sel.any():
         sel = total >= np.quantile(total, 0.9)
     inside = {k: float(v[sel].mean()) / 1e6 for k, v in parts.items()}

@@ -67,13 +67,19 @@ def from_delay(ctx: Context, w: Window, split: delaysplit.Split, conf: float) ->
 
 
 def propose(ctx: Context) -> list[Window]:
-    """Return the span of fragmented traffic per station where fragments per MSDU stay high."""
+    """Return the span of fragmented traffic per transmitter where fragments per MSDU stay high.
+
+    The threshold is the transmitter's (an AP's applies to every station it sends to): one span per
+    transmitter, so a station whose traffic starts later (and a drop starting with it) falls inside a
+    condition that already held rather than starting one of its own.
+    """
     att = ctx.table("attempts")
     out = []
-    for (st,), a in att.group_by("station"):
+    for (_ta,), a in att.group_by("ta", maintain_order=True):
         fpm, _, msdus = _fpm(a)
         if msdus >= MIN_MSDUS and fpm >= 1.5:
             fr = a.filter(pl.col("frag") > 0)
-            out.append(Window(int(fr["ts_ns"].min()), int(fr["ts_ns"].max()) + 1, ctx.flows_of([st]), [st],
+            st = sorted(fr["station"].drop_nulls().unique().to_list())
+            out.append(Window(int(fr["ts_ns"].min()), int(fr["ts_ns"].max()) + 1, ctx.flows_of(st), st,
                               kind="sustained", proposer=NAME))
-    return out
+    return sorted(out, key=lambda w: (w.start_ns, w.stations))
