@@ -98,8 +98,6 @@ class _Ctx:
                                                                  "signal_dbm": pl.Float64})
         self.tables["attempts"] = pl.DataFrame(schema={"ts_ns": pl.Int64, "station": pl.Utf8, "retry": pl.Boolean,
                                                        "frag": pl.UInt8, "ta": pl.Utf8, "mac_seq": pl.UInt16})
-        self.tables["retransmissions"] = pl.DataFrame(schema={"ts_ns": pl.Int64, "capture_file": pl.Utf8,
-                                                              "spurious": pl.Boolean, "trigger": pl.Utf8})
         self.quiet = quiet or []
 
     def table(self, name: str) -> pl.DataFrame:
@@ -408,21 +406,6 @@ def test_a_longer_queue_of_the_same_work_grows_no_part_of_the_line():
     # the wired path adds, whatever the queue
     assert delaysplit.Split({**parts, "wired": 90.0, "load": 20.0, "fragments": 60.0}, out, 10,
                             None).increase("wired") == pytest.approx(40.0)
-
-
-def test_the_late_packets_are_those_the_timeout_waited_for_not_the_resent_queue_after_it():
-    # before the timeout (fired at 10.5 s) f's packets wait behind B's retried MPDU; after it, a burst of
-    # resent data queues behind plain work (the timeout's own consequence)
-    before = [{"arrive": 10_000, "station": "B", "flow": "g", "attempts": 200, "retry": 300}]
-    before += [{"arrive": 10_001 + 2 * k, "station": "A", "flow": "f"} for k in range(100)]
-    resent = [{"arrive": 10_600 + 0.05 * k, "station": "A", "flow": "f"} for k in range(3000)]
-    ctx = _Ctx(_line(_steady(8_000, 9_500) + before + resent + _steady(12_000, 13_000)), quiet=QUIET)
-    w = Window(10_000 * MS, 12_000 * MS, ["f"])
-    anyone = delaysplit.split(ctx, w, ["f"], 200.0)
-    fired = delaysplit.split(ctx, w, ["f"], 200.0, [10_500 * MS])
-    # every late packet: mostly the resent queue's plain wait; those the timeout waited for: the retries
-    assert anyone.inside["load"] > 5 * (anyone.inside["retry"] + anyone.inside["hog"])
-    assert fired.inside["retry"] + fired.inside["hog"] > fired.inside["load"] and fired.packets < anyone.packets / 10
 
 
 def test_one_transmitter_fragmenting_for_every_station_is_one_condition():

@@ -17,9 +17,7 @@ A `spurious_rto` finding is a consequence when the delay of the timed-out flows'
 made it.  `xlayer.attribution.causes.delaysplit` splits each packet's delay (the `delay` table) by
 what the AP's transmit line was doing while it waited and while it was sent: retransmissions,
 further fragments, one hog station's service, plain work, and the wired path before the AP.  The
-late packets are those the timeouts waited for: packets of the timed-out flows that reached the AP
-in the two RTOs before a timeout fired, not the queue of resent data after it.  The AP's parts are
-compared as shares of the time those packets waited (a longer queue of the same work grows them all
+AP's parts are compared as shares of the time the late packets waited (a longer queue of the same work grows them all
 alike; the wired path adds whatever the queue).  The part whose share grew the most against outside
 the drop windows is what changed; it is the root when the late packets' delay reached half the RTO
 and that part made at least `ROOT_MIN_SHARE` of the growth (`root_cause`: plain queueing behind
@@ -40,22 +38,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import polars as pl
-
 from xlayer.attribution.causes import (
     delaysplit,
     fragmentation,
     mac_retries,
     performance_anomaly,
 )
-from xlayer.attribution.causes.base import LEAD_NS, Context, Window
+from xlayer.attribution.causes.base import Context, Window
 from xlayer.attribution.incidents import CauseFinding
 
 ROOT_MIN_RTO_SHARE = 0.5        # the late packets' delay reached this share of the RTO
 SLOWER_SERVICE = 1.2            # the line's time per packet grew by this factor: the air changed
 ROOT_MIN_SHARE = 0.3            # the part made at least this share of the late packets' delay increase
 FLOOD_RATIO = 1.1               # offered over what the station took in: an unresponsive stream fills the queue
-EPISODE_GAP_NS = 200_000_000     # resends closer than this follow one timeout (spurious_rto's episodes)
 LABEL = {"retry": "MAC retry time", "fragments": "fragment time", "hog": "time the AP served one station",
          "load": "AP queue sojourn", "wired": "wired path delay"}
 
@@ -210,17 +205,6 @@ def explain(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFin
     return _after_rate_change(_after_weak_link(ctx, w, _queue_and_slow_station(_explain_timeouts(ctx, w, found))))
 
 
-def _fired(ctx: Context, w: Window, sp: CauseFinding) -> list[int]:
-    """Return when the spurious timeouts of a finding fired: the first resend of each episode (its vantage's)."""
-    rt = ctx.between("retransmissions", w.start_ns - LEAD_NS, w.end_ns)
-    if rt.height == 0:
-        return []
-    rt = rt.filter(pl.col("spurious").fill_null(False) & pl.col("trigger").is_in(["rto", "tlp"])
-                   & (pl.col("capture_file") == sp.numbers.get("vantage"))).sort("ts_ns")
-    gaps = rt["ts_ns"].diff().fill_null(EPISODE_GAP_NS + 1)
-    return rt.filter(gaps > EPISODE_GAP_NS)["ts_ns"].to_list()
-
-
 def _explain_timeouts(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:
     """Return the findings with `spurious_rto` after the finding whose delay part made the timeouts."""
     by = {f.cause: f for f in found}
@@ -228,7 +212,7 @@ def _explain_timeouts(ctx: Context, w: Window, found: list[CauseFinding]) -> lis
     rto = _rto_ms(sp) if sp is not None else None
     if sp is None or rto is None:
         return found
-    s = delaysplit.split(ctx, w, sp.flows or w.flows, rto, _fired(ctx, w, sp))
+    s = delaysplit.split(ctx, w, sp.flows or w.flows, rto)
     if s is None or s.total_ms < ROOT_MIN_RTO_SHARE * rto:
         return found
     rc = root_cause(s, by)

@@ -207,14 +207,11 @@ def _parts(d: pl.DataFrame, all_d: pl.DataFrame, hog: str | None) -> dict[str, n
     return {"wired": wired, "load": load, "retry": retry, "fragments": frags, "hog": hogp}
 
 
-def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None,
-          fired_ns: list[int] | None = None) -> Split | None:
+def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None) -> Split | None:
     """Return where the flows' slowest packets in the window spent their delay, against outside the drops.
 
     The packets are those whose delay (wired + AP) reached half the RTO when given, else the slowest
-    tenth; with the times timeouts fired (`fired_ns`), those that reached the AP in the two RTOs
-    before one fired: the delay that made the timeout, not the queue of resent data after it.
-    Outside the drop windows every packet of the same flows counts.
+    tenth; outside the drop windows every packet of the same flows counts.
     """
     d = _window(ctx, w)
     if d.height == 0 or not flows:
@@ -228,13 +225,6 @@ def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None
     parts = _parts(mine, served, hog.station if hog else None)
     total = sum(parts.values())
     sel = total >= 0.5 * rto_ms * 1e6 if rto_ms else total >= np.quantile(total, 0.9)
-    if fired_ns and rto_ms:
-        arrive = mine["ts_ns"].to_numpy()
-        before = np.zeros(len(arrive), bool)
-        for t in fired_ns:
-            before |= (arrive <= t) & (arrive >= t - 2 * rto_ms * 1e6)
-        if (sel & before).any():
-            sel = sel & before
     if not sel.any():
         sel = total >= np.quantile(total, 0.9)
     inside = {k: float(v[sel].mean()) / 1e6 for k, v in parts.items()}
