@@ -2,6 +2,7 @@
 """Ingest benchmark: one capture, several readers, in one run; prints frames/s, ratios and peak RSS.
 
     python benchmarks/ingest.py FILE [--repeat 3] [--scapy-frames 20000] [--skip dpkt,scapy]
+    python benchmarks/ingest.py --encrypted [--work DIR] [--frames 500000] [--repeat 1]
 
 Each method runs in its own child process (so its peak RSS is its own, with its children's) and
 produces a polars table. tshark, dpkt and scapy are asked for the ~38 columns of COLUMNS (timestamps,
@@ -10,6 +11,14 @@ tshark with wlan.check_checksum on, so the FCS is verified). The headline row, `
 same columns (`columns=COLUMNS`: FCS verified, since fcs_bad is among them); `xlayer-all` decodes
 every one of the ~90 schema columns; `xlayer-stream` streams all columns to Parquet in bounded
 memory. The ratio column is the method's frames/s over tshark's.
+
+--encrypted: the same columns from a WPA2-PSK capture, decrypted with its passphrase: `xlayer-keys`
+(read_capture with keys=, every CCMP frame decrypted natively) against `tshark-keys` (tshark with
+wlan.enable_decryption and the same wpa-pwd key), ratio over tshark-keys. The capture is made once and
+cached in --work: `xlayer sim baseline` (3 s, seed 1, open), its sniffer records repeated with shifted
+times up to --frames (a single ns-3 run of 500 k frames takes many minutes), then the whole file
+encrypted by `xlayer.testbeds.sim.encrypt` as `xlayer sim --encrypt` does (a handshake after each
+repeated association, PNs counting on across copies).
 """
 from __future__ import annotations
 
@@ -30,6 +39,9 @@ COLUMNS = ["frame", "ts_ns", "caplen", "wirelen", "tsft", "phy_rate_mbps", "mcs"
            "wlan_retry", "wlan_protected", "wlan_duration", "wlan_ra", "wlan_ta", "wlan_seq",
            "wlan_frag", "wlan_tid", "ip_src", "ip_dst", "ip_id", "ip_len", "ip_proto", "sport", "dport",
            "tcp_seq", "tcp_ack", "tcp_flags", "tcp_len", "tcp_win", "eth_src", "eth_dst"]
+# The --encrypted capture's key: a benchmark constant, not a secret.
+BENCH_PASSPHRASE, BENCH_SSID = "xlayer-bench-passphrase", "xlayer-sim"
+BENCH_KEY = f"{BENCH_PASSPHRASE}:{BENCH_SSID}"
 
 
 def _peak_rss_mb() -> float:
@@ -69,7 +81,20 @@ def run_xlayer_stream(path: str, limit: int | None) -> int:
         return ingest_to_parquet(path, os.path.join(d, "out.parquet"), progress=False)
 
 
-def run_tshark(path: str, limit: int | None) -> int:
+def run_xlayer_keys(path: str, limit: int | None) -> int:
+    """The COLUMNS of a WPA2 capture, decrypted natively with the benchmark passphrase; return rows."""
+    from parsers import read_capture
+    from parsers.crypto import parse_key
+
+    return read_capture(path, columns=COLUMNS, keys=[parse_key(f"wpa-pwd:{BENCH_KEY}")]).height
+
+
+def run_tshark_keys(path: str, limit: int | None) -> int:
+    """run_tshark with 802.11 decryption on and the benchmark passphrase; return rows."""
+    return run_tshark(path, limit, ["wlan.enable_decryption:TRUE", f'uat:80211_keys:"wpa-pwd","{BENCH_KEY}"'])
+
+
+def run_tshark(path: str, limit: int | None, extra_prefs: list[str] | None = None) -> int:
     """tshark -T fields (the same columns, FCS checked) to a TSV file, read with pl.read_csv; return rows."""
     import tempfile
 
@@ -81,7 +106,7 @@ def run_tshark(path: str, limit: int | None) -> int:
     fields = list(dict.fromkeys(f for c in COLUMNS for f in FIELDS[c].fields))
     cmd = ["tshark", "-n", "-r", path, "-T", "fields", "-E", "header=y", "-E", "separator=/t",
            "-E", "occurrence=f", "-E", "quote=n"]
-    for p in PREFS:
+    for p in [*PREFS, *(extra_prefs or [])]:
         cmd += ["-o", p]
     for f in fields:
         cmd += ["-e", f]
@@ -162,12 +187,57 @@ def run_scapy(path: str, limit: int | None) -> int:
 
 
 METHODS = {"xlayer": run_xlayer, "xlayer-all": run_xlayer_all, "xlayer-1thread": run_xlayer_1t,
-           "xlayer-stream": run_xlayer_stream, "tshark": run_tshark, "dpkt": run_dpkt, "scapy": run_scapy}
+           "xlayer-stream": run_xlayer_stream, "tshark": run_tshark, "dpkt": run_dpkt, "scapy": run_scapy,
+           "xlayer-keys": run_xlayer_keys, "tshark-keys": run_tshark_keys}
+ENCRYPTED_METHODS = ("xlayer-keys", "tshark-keys")
 
 
 _IMPORTS = {"xlayer": ["parsers.decode.ingest"], "xlayer-all": ["parsers.decode.ingest"], "xlayer-1thread": ["parsers.decode.ingest"],
             "xlayer-stream": ["xlayer.ingest"], "tshark": ["polars", "parsers.tshark"],
-            "dpkt": ["dpkt", "polars"], "scapy": ["scapy.all", "polars"]}
+            "dpkt": ["dpkt", "polars"], "scapy": ["scapy.all", "polars"],
+            "xlayer-keys": ["parsers.decode.ingest"], "tshark-keys": ["polars", "parsers.tshark"]}
+
+
+def make_encrypted(work: str, frames: int) -> str:
+    """Return the cached WPA2 capture of >= `frames` records in `work`, making it if absent."""
+    import shutil
+    import struct
+
+    from xlayer.testbeds.sim import run_scenario
+    from xlayer.testbeds.sim.encrypt import encrypt_air_capture
+
+    out = os.path.join(work, f"baseline-wpa2-{frames}.pcap")
+    if os.path.exists(out):
+        return out
+    os.makedirs(work, exist_ok=True)
+    src = os.path.join(work, "baseline-s1-3s")
+    if not os.path.exists(os.path.join(src, "truth.json")):
+        shutil.rmtree(src, ignore_errors=True)
+        print("simulating baseline (3 s, seed 1) for the encrypted capture ...", flush=True)
+        run_scenario("baseline", src, seed=1, seconds=3)
+    with open(os.path.join(src, "sniffer.pcap"), "rb") as fh:
+        raw = fh.read()
+    head, body = raw[:24], raw[24:]
+    recs, off = [], 0
+    while off + 16 <= len(body):        # (sec, nsec, incl, orig) records of a nanosecond pcap
+        sec, ns, incl, orig = struct.unpack_from("<IIII", body, off)
+        recs.append((sec * 10**9 + ns, body[off + 16:off + 16 + incl], orig))
+        off += 16 + incl
+    span = recs[-1][0] - recs[0][0] + 10**6
+    tmp = out + ".part"
+    with open(tmp, "wb") as fh:
+        fh.write(head)
+        for k in range(-(-frames // len(recs))):
+            for t, data, orig in recs:
+                t += k * span
+                fh.write(struct.pack("<IIII", t // 10**9, t % 10**9, len(data), orig) + data)
+    t0 = time.perf_counter()
+    res = encrypt_air_capture(tmp, BENCH_PASSPHRASE.encode(), BENCH_SSID.encode(), 1)
+    dt = time.perf_counter() - t0
+    print(f"encrypted {res.counts.records_out} records ({res.counts.handshakes} handshakes) in {dt:.1f} s "
+          f"({res.counts.records_in / dt:,.0f} records/s)", flush=True)
+    os.replace(tmp, out)
+    return out
 
 
 def child(method: str, path: str, limit: int | None) -> None:
@@ -176,10 +246,18 @@ def child(method: str, path: str, limit: int | None) -> None:
 
     for mod in _IMPORTS[method]:  # module import time is not decoding time, for any method
         importlib.import_module(mod)
+    c0 = _cpu_s()
     t0 = time.perf_counter()
     rows = METHODS[method](path, limit)
     dt = time.perf_counter() - t0
-    print(json.dumps({"rows": rows, "seconds": dt, "rss_mb": _peak_rss_mb()}))
+    print(json.dumps({"rows": rows, "seconds": dt, "cpu_s": _cpu_s() - c0, "rss_mb": _peak_rss_mb()}))
+
+
+def _cpu_s() -> float:
+    """Return the CPU seconds of this process and its waited children (tshark): wall time on a shared
+    machine measures the neighbours too."""
+    s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
 
 
 def measure(method: str, path: str, limit: int | None) -> dict:
@@ -194,7 +272,11 @@ def measure(method: str, path: str, limit: int | None) -> dict:
 def main() -> int:
     """Run the benchmark and print the table; return the exit code."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("file")
+    ap.add_argument("file", nargs="?", help="capture to read (not with --encrypted)")
+    ap.add_argument("--encrypted", action="store_true", help="read a WPA2 capture with its key: xlayer-keys "
+                    "against tshark-keys (the capture is made once in --work)")
+    ap.add_argument("--work", default="/tmp/xlayer-bench", help="cache of the --encrypted capture")
+    ap.add_argument("--frames", type=int, default=500_000, help="records of the --encrypted capture")
     ap.add_argument("--repeat", type=int, default=3, help="runs per method (median is reported)")
     ap.add_argument("--scapy-frames", type=int, default=20000, help="scapy reads only this many frames")
     ap.add_argument("--skip", default="", help="comma-separated methods to leave out")
@@ -204,7 +286,12 @@ def main() -> int:
     if a.child:
         child(a.child, a.file, a.limit)
         return 0
+    if a.encrypted:
+        a.file = make_encrypted(a.work, a.frames)
+    elif not a.file:
+        ap.error("give FILE, or --encrypted")
     skip = set(filter(None, a.skip.split(",")))
+    skip |= set(METHODS) - set(ENCRYPTED_METHODS) if a.encrypted else set(ENCRYPTED_METHODS)
     size = os.path.getsize(a.file)
     print(f"file: {a.file} ({size / 2**20:.1f} MiB), {a.repeat} run(s) per method, median shown")
     results = {}
@@ -216,16 +303,22 @@ def main() -> int:
         sec = statistics.median(r["seconds"] for r in runs)
         results[m] = {"rows": runs[0]["rows"], "seconds": sec,
                       "fps": runs[0]["rows"] / sec if sec > 0 else float("inf"),
-                      "rss_mb": max(r["rss_mb"] for r in runs)}
+                      "rss_mb": max(r["rss_mb"] for r in runs),
+                      "cpu_s": statistics.median(r["cpu_s"] for r in runs)}
         print(f"  measured {m}: {results[m]['rows']} rows in {sec:.2f} s", flush=True)
-    base = results.get("tshark", {}).get("fps")
+    base = results.get("tshark-keys" if a.encrypted else "tshark", {}).get("fps")
     print(f"\n{'method':<14} {'frames':>9} {'seconds':>8} {'frames/s':>12} {'x tshark':>9} {'peak RSS':>9}")
     for m, r in results.items():
         ratio = f"{r['fps'] / base:8.1f}x" if base else "       -"
         note = " (subset)" if m == "scapy" else ""
         print(f"{m:<14} {r['rows']:>9} {r['seconds']:>8.2f} {r['fps']:>12,.0f} {ratio:>9} "
               f"{r['rss_mb']:>7.0f}MB{note}")
-    if base:
+    if base and a.encrypted and "xlayer-keys" in results:
+        x, t = results["xlayer-keys"], results["tshark-keys"]
+        print(f"xlayer-keys / tshark-keys, WPA2-PSK decrypted, the same {len(COLUMNS)} columns: "
+              f"{x['fps'] / base:.1f}x (wall), {t['cpu_s'] / x['cpu_s']:.1f}x (CPU: "
+              f"{x['cpu_s']:.1f} s against {t['cpu_s']:.1f} s)")
+    elif base:
         for m, what in (("xlayer", f"the same {len(COLUMNS)} columns as tshark"),
                         ("xlayer-all", "all schema columns")):
             if m in results:

@@ -29,7 +29,7 @@ _RAW = 105
 _EAPOL = np.frombuffer(LLC_EAPOL, np.uint8)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)        # not frozen: built once per protected frame, and frozen ones build slowly
 class Plain:
     """What decryption says about one protected record: its plaintext 802.11 frame (Protected bit cleared,
     no security header or MIC) or None, its length on the air, and the verdict."""

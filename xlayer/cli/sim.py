@@ -31,7 +31,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         if args.ssid is not None:
             sc.ssid = args.ssid          # run_scenario checks it (1..32 bytes)
         truth = run_scenario(args.scenario, args.output, seed=args.seed, scenario=sc,
-                             keep_work=args.keep_work,
+                             keep_work=args.keep_work, encrypt=args.encrypt,
                              log=lambda m: print(f"xlayer sim: {m}", file=sys.stderr, flush=True))
     except (SimError, KeyError) as exc:
         print(f"xlayer: sim: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
@@ -64,6 +64,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=None, help="simulated time (default: the scenario's)")
     p.add_argument("--ssid", default=None, help="the BSS's SSID in beacons and probe responses, 1 to 32 "
                    "bytes (default: xlayer-sim)")
+    p.add_argument("--encrypt", metavar="PASSPHRASE", default=None,
+                   help="write the air capture as a sniffer of a WPA2-PSK (CCMP) network sees it: a 4-way "
+                        "handshake after each association, data frames encrypted; PASSPHRASE is 8 to 63 "
+                        "printable ASCII characters and is stored nowhere: analysis needs it again "
+                        "(--wpa-pwd PASSPHRASE:SSID)")
     p.add_argument("--list", action="store_true", help="name the scenarios, one line each")
     p.add_argument("--keep-work", action="store_true", help="keep the child's logs in DIR/.sim-work")
     p.set_defaults(func=cmd_sim)

@@ -19,9 +19,24 @@ transport columns as wired packets, so a group meets its wired packet on the key
 `xlayer.timeline.match` (IPv4 id, addresses, protocol, lengths, ports, TCP seq/ack/flags/TSval ...) and
 on time: downlink, the latest wired packet with that key at most `MATCH_WINDOW_NS` before the first
 attempt (the clocks get `SLACK_NS` of leeway); uplink, the latest air group at most that long before
-the wired packet.  Protected frames (no keys) are not matched: the size-and-order matching of
-`xlayer.timeline.size` is not used here, and packets to a station whose traffic is protected get the
-fate ``unknown``.
+the wired packet (``match`` = ``key``; decrypted frames have their plaintext's columns and join so).
+
+**Protected traffic without keys** (section "protected traffic without keys" below).  A keyless MSDU's
+IP length is its MPDUs' length less the MAC header (QoS, HT Control, four addresses), the cipher's
+header and MIC (CCMP-128 16 bytes, CCMP-256/GCMP-256 24, TKIP 20, WEP 8: per station, the one under
+which lengths agree best), LLC/SNAP, FCS and an A-MSDU subframe header; a retry repeats its MPDU's
+packet number (PN), so a first fragment with another PN is another MPDU.  A keyless station's IP is
+its MAC on the AP's wired side (a bridge), else the address whose packets its frames resemble most
+by (direction, length, second).  Per station queue and length, the packets the AP accepted meet its
+MPDUs in FIFO order (MPDUs the sniffer missed keep their places); which packets a drop-tail queue
+shared by the stations dropped follows from arrivals and departures (`protected_down`); uplink, every
+confirmed MSDU is forwarded.  A size-only clock alignment is first corrected by the quickest packets
+each way (`clock_correction`).  Such a pair has ``match`` = ``size_order`` (confidence 1), or
+``ambiguous`` when equal-length packets taken as dropped reached the AP while it waited (confidence
+1 / the number that could be it); fates, attempts and sojourns then follow as for keyed pairs.
+Limits: two stations with the same kind of traffic at once and no bridge cannot be told apart (their
+IPs stay unmatched: ``unknown``); a queue other than one shared FIFO (fq_codel, per-station queues)
+makes the drops a guess, said by ``ambiguous``; an A-MSDU of several packets is not split.
 
 **Confirmation.** An attempt is confirmed by an ACK (control subtype 13) that is the next record of
 the same capture, addressed to the attempt's TA, at most `ACK_WINDOW_NS` after it (record order is
@@ -55,7 +70,7 @@ Fates of a downlink packet:
   wired arrival (a full drop-tail queue accepts a packet only once a slot freed), then the earliest;
 * ``dropped_at_ap``: the rest: never on the air, with seen packets after it and no hole for it;
 * ``unknown``: no later packet of its station was seen (still queued at the end, or the station
-  left), outside the air capture's span, or protected traffic.
+  left), outside the air capture's span, or protected traffic none of whose packets could be paired.
 
 Uplink (station -> the AP's wired side): ``delivered`` (on the wired side after the air),
 ``sniffer_missed`` (on the wired side, never seen on the air: it must have crossed it),
@@ -81,7 +96,7 @@ import numpy as np
 import polars as pl
 
 import xlayer.timeline.match as mm
-from xlayer.metrics.schema import Column, conform, register
+from xlayer.metrics.schema import MATCH_COLUMNS, Column, conform, register
 from xlayer.timeline.airtime import COLUMNS as AIRTIME_COLUMNS
 
 if TYPE_CHECKING:
@@ -91,17 +106,19 @@ NEEDS: tuple[str, ...] = tuple(dict.fromkeys(
     ("frame", "ts_ns", "wirelen", "malformed", "fcs_bad", "rt_layout", "rt_len", "rt_flags", "phy_rate_mbps", "phy",
      "nss", "ampdu_ref", "ampdu_flags", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
      "wlan_retry", "wlan_more_frag", "wlan_protected", "wlan_order", "wlan_ra", "wlan_ta", "wlan_sa",
-     "wlan_da", "wlan_seq", "wlan_frag", "wlan_tid", "wlan_ba_ssn", "wlan_ba_bitmap", "ip_dscp")
+     "wlan_da", "wlan_seq", "wlan_frag", "wlan_tid", "wlan_ba_ssn", "wlan_ba_bitmap", "ip_dscp", "wlan_pn",
+     "wlan_amsdu", "wlan_decrypted", "eth_src", "eth_dst")
     + tuple(c for c, _ in mm.IP_KEY)))
 
 # what `_wired_ip` reads of a wired capture, and what `analyse_air` reads of an air capture (airtime's too)
-_WIRED = ["capture_file", "frame", "ts_ns", "flow", "ip_dscp", "malformed", *(c for c, _ in mm.IP_KEY)]
+_WIRED = ["capture_file", "frame", "ts_ns", "flow", "ip_dscp", "malformed", "eth_src", "eth_dst",
+          *(c for c, _ in mm.IP_KEY)]
 _AIR = list(dict.fromkeys((*NEEDS, *AIRTIME_COLUMNS, "flow")))
 # what `analyse_air` reads of the usable air records after their airtime and match key
 _AIR_KEPT = ("_i", "frame", "ts_ns", "tx_start_ns", "key", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
              "wlan_retry", "wlan_more_frag", "wlan_protected", "wlan_ra", "wlan_ta", "wlan_sa", "wlan_da", "wlan_seq",
              "wlan_frag", "wlan_tid", "wlan_ba_ssn", "wlan_ba_bitmap", "phy_rate_mbps", "ampdu_ref", "ip_src", "ip_dst",
-             "ip_id", "ip_len", "flow")
+             "ip_id", "ip_len", "flow", "wlan_pn", "wlan_amsdu", "wlan_decrypted", "_mpdu", "_hdr")
 
 SPAN_NS = 100_000_000           # attempts of one MSDU fall within this (as in align_match)
 MATCH_WINDOW_NS = 10_000_000_000  # a packet waits at most this long between wired side and air
@@ -143,6 +160,7 @@ def _packet_columns(direction: str) -> tuple[Column, ...]:
         _C("acked_by", pl.Utf8, "", "ack, blockack, client (the station's capture has it) or none"),
         _C("ack_frame", pl.Int64, "", "frame number of the confirming ACK/Block Ack in the air capture"),
         _C("fate", pl.Utf8, "", ", ".join(FATES) + " (module docstring)"),
+        *MATCH_COLUMNS,
     )
 
 
@@ -202,6 +220,14 @@ def _group_addr(col: str) -> pl.Expr:
     return pl.col(col).str.slice(1, 1).is_in(list("13579bdfBDF"))
 
 
+def _mac_header_len() -> pl.Expr:
+    """Return the 802.11 MAC header's length: 24, +6 with four addresses, +2 QoS, +4 HT Control (+HTC in QoS)."""
+    qos = (pl.col("wlan_type") == 2) & ((pl.col("wlan_subtype").cast(pl.Int32) & 8) != 0)
+    return (24 + 6 * (pl.col("wlan_to_ds") & pl.col("wlan_from_ds")).fill_null(False).cast(pl.Int64)
+            + 2 * qos.fill_null(False).cast(pl.Int64)
+            + 4 * (qos & pl.col("wlan_order")).fill_null(False).cast(pl.Int64))
+
+
 def _usable_air(air: pl.DataFrame) -> pl.DataFrame:
     """Return the air records with a decoded MAC header and a good FCS, record order kept, with key and tx start."""
     for c in NEEDS:
@@ -213,16 +239,19 @@ def _usable_air(air: pl.DataFrame) -> pl.DataFrame:
     # transmission start: the PPDU's end (the last stamp of an A-MPDU) less its airtime
     # a first fragment's IP length is the whole packet's, not what the fragment carries
     frag0 = pl.col("wlan_more_frag").fill_null(False)
-    dur, known, _, _ = mm.airtime(air.with_columns(pl.when(frag0).then(None).otherwise(pl.col("ip_len"))
-                                                   .alias("ip_len")))
+    dur, known, mpdu, _ = mm.airtime(air.with_columns(pl.when(frag0).then(None).otherwise(pl.col("ip_len"))
+                                                      .alias("ip_len")))
     ppdu_end = pl.when(pl.col("ampdu_ref").is_not_null()).then(pl.col("ts_ns").max().over("ampdu_ref")) \
         .otherwise(pl.col("ts_ns"))
     del frag0
-    air = air.with_columns(pl.Series("_dur", np.where(known, dur, 0.0).astype(np.int64)),
+    # the MPDU's length on the air (FCS included) and its MAC header's: a protected frame's IP length follows
+    air = air.with_columns(pl.Series("_mpdu", mpdu).replace(-1, None), _mac_header_len().alias("_hdr"),
+                           pl.Series("_dur", np.where(known, dur, 0.0).astype(np.int64)),
                            pl.when((pl.col("wlan_type") == 2) & pl.col("ip_src").is_not_null()
                                    & (pl.col("malformed").is_null() | pl.col("wlan_more_frag").fill_null(False)))
                            .then(mm._key_expr()).alias("key")) \
         .with_columns((ppdu_end - pl.col("_dur")).alias("tx_start_ns"))
+    del mpdu
     # the radio and IP key columns served airtime and the key: keep only what the analysis reads next
     return air.select([c for c in _AIR_KEPT if c in air.columns])
 
@@ -258,6 +287,12 @@ def _attempts(air: pl.DataFrame) -> pl.DataFrame:
         pl.col("wlan_more_frag").fill_null(False).alias("more_frag"),
         pl.col("phy_rate_mbps").alias("rate_mbps"), "ampdu_ref",
         pl.col("wlan_protected").fill_null(False).alias("protected"),
+        # protected and not decrypted (no keys, or none that fit): matched by size and order, not by key
+        (pl.col("wlan_protected").fill_null(False) & ~pl.col("wlan_decrypted").fill_null(False)
+         & pl.col("ip_src").is_null()).alias("nokey"),
+        pl.col("wlan_pn").cast(pl.UInt64).alias("pn"), pl.col("wlan_amsdu").fill_null(False).alias("amsdu"),
+        # what follows the MAC header, FCS excluded: cipher header and MIC, LLC/SNAP and the IP packet
+        (pl.col("_mpdu") - pl.col("_hdr") - 4).alias("body"),
         *(c for c in ("flow", "ip_id", "ip_len") if c in air.columns)).collect()
     part = ["ta", "ra", "_tid", "mac_seq"]
     d = d.with_columns(pl.col("tid").cast(pl.Int16).fill_null(-1).alias("_tid")).sort([*part, "_i"])
@@ -267,8 +302,14 @@ def _attempts(air: pl.DataFrame) -> pl.DataFrame:
     d = d.with_columns(k0.forward_fill().over(part).shift(1).over(part).alias("_pk"))
     other_packet = (pl.col("frag") == 0) & pl.col("key").is_not_null() & pl.col("_pk").is_not_null() \
         & (pl.col("key") != pl.col("_pk"))
-    d = d.with_columns((first | gap.fill_null(False) | other_packet.fill_null(False)).cast(pl.Int64).cum_sum()
-                       .alias("gid")).drop("_pk")
+    # a retry repeats its MPDU's packet number: a first fragment with another PN is another MPDU (a sequence
+    # number reused after a wrap, or by a transmitter that restarted)
+    p0 = pl.when(pl.col("frag") == 0).then(pl.col("pn"))
+    d = d.with_columns(p0.forward_fill().over(part).shift(1).over(part).alias("_pp"))
+    other_pn = (pl.col("frag") == 0) & pl.col("pn").is_not_null() & pl.col("_pp").is_not_null() \
+        & (pl.col("pn") != pl.col("_pp"))
+    d = d.with_columns((first | gap.fill_null(False) | other_packet.fill_null(False) | other_pn.fill_null(False))
+                       .cast(pl.Int64).cum_sum().alias("gid")).drop("_pk", "_pp")
     return d.sort("_i").with_columns(pl.int_range(pl.len()).over("gid").cast(pl.UInt32).alias("attempt"))
 
 
@@ -427,7 +468,7 @@ def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[
                  .group_by("ta", "ra").agg(pl.len().cast(pl.Int64).alias("blockack_missed")))
     del bits, seen
     # sorted once and kept sorted: the group-by below would otherwise hold a sorted copy beside `att`
-    att = att.sort("_i")
+    att = att.sort("_i").with_columns((pl.int_range(pl.len()).over("gid", "frag") == 0).alias("_frag_first"))
     # MSDU groups: the first attempt gives seq/key/time; the final fragment's confirmation confirms it
     last_frag = (pl.col("frag") == pl.col("frag").max()) & ~pl.col("more_frag")
     grp = att.group_by("gid").agg(
@@ -435,7 +476,13 @@ def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[
         pl.col("tid").first(), pl.col("mac_seq").first(), pl.col("useq").first(), pl.col("key").drop_nulls().first(),
         pl.col("flow").drop_nulls().first(), pl.col("ip_id").drop_nulls().first(),
         pl.col("ip_len").drop_nulls().first(),
-        pl.col("protected").any(),
+        pl.col("protected").any(), pl.col("nokey").all().alias("_nokey"), pl.col("amsdu").any().alias("_amsdu"),
+        pl.col("pn").drop_nulls().first(),
+        # each fragment's body once (its first transmission: a retry repeats it)
+        pl.col("body").filter(pl.col("_frag_first")).sum().alias("_body"),
+        # every fragment seen, the last one included: only then does the length add up
+        ((pl.col("frag").n_unique() == pl.col("frag").max().cast(pl.UInt32) + 1) & (~pl.col("more_frag")).any()
+         & pl.col("body").is_not_null().all()).alias("_whole"),
         pl.col("frame").first().alias("first_air_frame"), pl.col("frame").last().alias("last_air_frame"),
         pl.col("ts_ns").first().alias("first_air_ts_ns"), pl.col("ts_ns").last().alias("last_air_ts_ns"),
         pl.col("tx_start_ns").first().alias("_start"),
@@ -493,9 +540,11 @@ def _wired_ip(df: pl.DataFrame) -> pl.DataFrame:
     ok = pl.col("ip_src").is_not_null() & pl.col("ip_dst").is_not_null()
     if "malformed" in df.columns:
         ok = ok & pl.col("malformed").is_null()
+    # (the Ethernet addresses, where the capture has them, tell a bridged station's packets without keys)
+    eth = [c for c in ("eth_src", "eth_dst") if c in df.columns]
     # lazily: the filter then copies only the columns selected
     return df.lazy().filter(ok).select("capture_file", "frame", "ts_ns", "flow", "ip_src", "ip_dst", "ip_id", "ip_len",
-                                       "ip_dscp", mm._key_expr().alias("key")).collect()
+                                       "ip_dscp", *eth, mm._key_expr().alias("key")).collect()
 
 
 def _wired_key(df: pl.DataFrame) -> pl.DataFrame:
@@ -524,8 +573,9 @@ _MERGE_COLS = ("air_capture_file", "first_air_frame", "first_air_ts_ns", "_start
 
 def _merge_groups(m: pl.DataFrame, by: str) -> pl.DataFrame:
     """Return one row per `by`: the matched MSDU groups of one packet merged (normally just one)."""
-    m = m.select(by, *_MERGE_COLS)
+    m = m.select(by, *_MERGE_COLS, "match", "match_confidence")
     return m.sort("first_air_frame").group_by(by).agg(
+        pl.col("match").first(), pl.col("match_confidence").first(),
         *(pl.col(c).first() for c in ("air_capture_file", "first_air_frame", "first_air_ts_ns", "_start", "mac_seq",
                                       "tid", "ta", "ra", "useq", "gid")),
         pl.col("last_air_frame").last(), pl.col("last_air_ts_ns").last(),
@@ -593,8 +643,421 @@ def _dequeued_since_previous(ts: pl.Series, groups: pl.DataFrame) -> pl.Series:
     return pl.Series("_deq", out)
 
 
-def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Return (per wired downlink packet `_w`: its groups and fate in one air capture, gid -> _w map)."""
+# ---------------------------------------------------------------------------------------------
+# protected traffic without keys: size, order and time
+
+# cipher header + MIC (+ ICV) per MPDU: CCMP-128; CCMP-256 / GCMP-256; TKIP (IV/ExtIV + MIC + ICV); WEP
+CIPHER_OVERHEADS = {"ccmp": 16, "gcmp256": 24, "tkip": 20, "wep": 8}
+LLC_SNAP = 8
+AMSDU_SUBHDR = 14               # an A-MSDU subframe's DA, SA and length (one subframe: no padding after it)
+SIZE_BIN_NS = 1_000_000_000     # the length histograms that tie an IP to a station are per second
+CLOCK_SLACK_NS = 50_000_000     # clock error a keyless pairing tolerates before `clock_correction` measures it
+CLOCK_RANK = 0                  # the quickest forwarding time: the least (an overflowing queue may leave only the
+                                # first packets quick; a pair paired wrongly as if nothing were dropped is slower)
+CLOCK_MIN_PAIRS = 20            # keyless pairs each way needed to measure a clock error
+STATION_CHUNK = 8               # keyless stations whose length histograms are compared with the IPs' at once
+MIN_SHARE = 0.25                # the likeness (Jaccard) of an IP's packets and a station's frames to tie them
+OFFSET_SPAN = 64                # FIFO offsets tried between a station's first MPDUs and its wired packets
+OFFSET_STREAMS = 256            # streams (station, queue, length) whose offset is searched: the largest
+DROP_EVIDENCE = 0.5             # a drop-tail capacity must fit at least this much better than an endless queue
+IDLE_NS = 20_000_000            # an AP with packets queued starts its next MPDU sooner than this (backoff, others'
+                                # transmissions): a longer pause says the packet paired was not waiting
+
+
+def _protected_len(overhead: pl.Expr) -> pl.Expr:
+    """Return the IP length a keyless MSDU group carries under a cipher overhead (null if not positive, or
+    if a fragment was not seen)."""
+    n = (pl.col("_body") - pl.col("n_fragments").cast(pl.Int64) * overhead - LLC_SNAP
+         - AMSDU_SUBHDR * pl.col("_amsdu").cast(pl.Int64))
+    return pl.when((n > 20) & pl.col("_whole")).then(n)
+
+
+def _length_counts(wired: pl.DataFrame) -> pl.DataFrame:
+    """Return per (ip, direction, length, second) the wired packets: an IP as destination (down) or source (up)."""
+    b = (pl.col("ts_ns") // SIZE_BIN_NS).alias("bin")
+    down = wired.group_by(pl.col("ip_dst").alias("ip"), pl.col("ip_len").cast(pl.Int64).alias("len"), b).len("nw")
+    up = wired.group_by(pl.col("ip_src").alias("ip"), pl.col("ip_len").cast(pl.Int64).alias("len"), b).len("nw")
+    return pl.concat([down.with_columns(pl.lit("down").alias("direction")),
+                      up.with_columns(pl.lit("up").alias("direction"))])
+
+
+def learn_protected(wired: pl.DataFrame, groups: pl.DataFrame, known: pl.DataFrame
+                    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Return ((station, ip, how) for IPs behind keyless stations, (station, _oh) each one's cipher overhead).
+
+    A bridging AP forwards a station's MAC on its wired side (``how`` = ``ethernet``); otherwise an IP
+    goes to the station whose keyless frames explain most of its packets by length, second by second
+    (``size``).  The overhead is the one under which a station's frames explain most wired packets.
+    """
+    empty = (pl.DataFrame(schema={"station": pl.Utf8, "ip": pl.Utf8, "how": pl.Utf8}),
+             pl.DataFrame(schema={"station": pl.Utf8, "_oh": pl.Int64}))
+    g = groups.filter(pl.col("_nokey") & pl.col("direction").is_in(["down", "up"]))
+    if g.height == 0 or wired.height == 0:
+        return empty
+    stas = g.select("station").unique().sort("station")
+    nw = _length_counts(wired)
+    tot = nw.group_by("ip").agg(pl.col("nw").sum().alias("tot"))
+    nsta = g.group_by("station").len("nsta")
+    scores = []
+    # a few stations at a time, against the IPs whose packet count is within a factor 1/MIN_SHARE of theirs
+    # (no likeness can reach MIN_SHARE otherwise): what is joined stays near the size of the wired counts
+    for lo in range(0, stas.height, STATION_CHUNK):
+        part = g.join(stas.slice(lo, STATION_CHUNK), on="station")
+        n_lo, n_hi = nsta.join(stas.slice(lo, STATION_CHUNK), on="station").select(
+            pl.col("nsta").min().alias("lo"), pl.col("nsta").max().alias("hi")).row(0)
+        ips = tot.filter(pl.col("tot").is_between(n_lo * MIN_SHARE, n_hi / MIN_SHARE)).select("ip")
+        w_part = nw.join(ips, on="ip")
+        for oh in CIPHER_OVERHEADS.values():
+            na = (part.group_by("station", "direction", _protected_len(pl.lit(oh)).alias("len"),
+                                (pl.col("first_air_ts_ns") // SIZE_BIN_NS).alias("bin")).len("na"))
+            j = w_part.join(na, on=["direction", "len", "bin"])
+            scores.append(j.group_by("ip", "station").agg(pl.min_horizontal("nw", "na").sum().alias("score"))
+                          .with_columns(pl.lit(oh, pl.Int64).alias("_oh")))
+    sc = pl.concat(scores)
+    oh = (sc.group_by("station", "_oh").agg(pl.col("score").sum()).sort("station", "score", "_oh",
+                                                                          descending=[False, True, False])
+          .unique("station", keep="first").select("station", "_oh"))
+    oh = stas.join(oh, on="station", how="left").with_columns(pl.col("_oh").fill_null(CIPHER_OVERHEADS["ccmp"]))
+    # bridged: the station's own MAC on the wired side names its IP
+    eth = []
+    for mac, ip in (("eth_dst", "ip_dst"), ("eth_src", "ip_src")):
+        if mac in wired.columns:
+            eth.append(wired.join(stas, left_on=mac, right_on="station", how="semi")
+                       .select(pl.col(mac).alias("station"), pl.col(ip).alias("ip")))
+    by_eth = (pl.concat(eth).group_by("station", "ip").len().sort("len", descending=True).unique("ip", keep="first")
+              .select("station", "ip", pl.lit("ethernet").alias("how")) if eth else empty[0])
+    # by size: how alike the IP's packets and the station's frames are, counted per (direction, length,
+    # second) (the Jaccard index of the two multisets), under the station's overhead: the best station
+    # must be well ahead of the next (two stations of one kind of traffic at the same time cannot be told)
+    cand = (sc.join(oh, on=["station", "_oh"]).join(tot, on="ip").join(nsta, on="station")
+            .with_columns((pl.col("score") / (pl.col("tot") + pl.col("nsta") - pl.col("score"))).alias("share"))
+            .filter(pl.col("share") >= MIN_SHARE).join(by_eth.select("ip"), on="ip", how="anti")
+            .join(known.select("ip"), on="ip", how="anti"))
+    by_size = _assign(cand).select("station", "ip", pl.lit("size").alias("how"))
+    learnt = pl.concat([by_eth, by_size.join(by_eth, on="ip", how="anti")])
+    return learnt.join(known.select("ip"), on="ip", how="anti"), oh
+
+
+def _assign(cand: pl.DataFrame) -> pl.DataFrame:
+    """Return (station, ip) from candidate pairs with their `share`: first one IP per station, best first
+    (two downloads of one packet size at once are told apart by which station each fits best), then
+    any IP left whose best station fits it well ahead of the next (a station with several addresses)."""
+    # a loop over the few (IP, station) candidates, not over packets
+    taken_ip: set[str] = set()
+    taken_sta: set[str] = set()
+    pairs = []
+    for ip, sta in cand.sort("share", "ip", "station", descending=[True, False, False]).select("ip", "station").iter_rows():
+        if ip not in taken_ip and sta not in taken_sta:
+            taken_ip.add(ip)
+            taken_sta.add(sta)
+            pairs.append((sta, ip))
+    first = pl.DataFrame(pairs, schema={"station": pl.Utf8, "ip": pl.Utf8}, orient="row")
+    rest = (cand.join(first.select("ip"), on="ip", how="anti").sort("ip", "share", descending=[False, True])
+            .group_by("ip", maintain_order=True).agg(pl.col("station").first(), pl.col("share").first(),
+                                                     pl.col("share").get(1, null_on_oob=True).alias("next"))
+            .filter(pl.col("next").is_null() | (pl.col("share") >= 1.5 * pl.col("next"))))
+    return pl.concat([first, rest.select("station", "ip")])
+
+
+def _new_holes(space: pl.DataFrame) -> pl.DataFrame:
+    """Return per sequence number seen (ta, _sra, _tid, useq) the numbers missed just before it (`_dh`)."""
+    part = ["ta", "_sra", "_tid"]
+    return (space.select("ta", pl.col("ra").alias("_sra"), "_tid", "useq", "holes").sort(*part, "useq")
+            .with_columns((pl.col("holes") - pl.col("holes").shift(1).over(part)).fill_null(0).alias("_dh"))
+            .drop("holes"))
+
+
+def _full_at_arrival(arr: np.ndarray, dep: np.ndarray, q: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return per arrival (stamps `arr`; departures `dep`) whether a drop-tail queue of `q` slots was full, and
+    how many packets it held then.
+
+    Free slots follow z = max(0, z + x) (x = -1 an arrival, +1 a departure; the clamp is the drop):
+    Lindley's recursion, whose closed form z_n = S_n - min(-q, min_k S_k) needs no loop.
+    """
+    t = np.concatenate([dep, arr])
+    is_arr = np.concatenate([np.zeros(len(dep), bool), np.ones(len(arr), bool)])
+    order = np.lexsort((is_arr, t))                 # at equal stamps the departure first
+    s = np.cumsum(np.where(is_arr[order], -1, 1))
+    z = s - np.minimum(-q, np.minimum.accumulate(s))
+    before = np.concatenate(([q], z[:-1]))
+    full, held = np.empty(len(arr), bool), np.empty(len(arr), np.int64)
+    a = is_arr[order]
+    full[order[a] - len(dep)] = before[a] <= 0
+    held[order[a] - len(dep)] = q - before[a]
+    return full, held
+
+
+def _overdrawn(arr: pl.DataFrame, full: np.ndarray, dep: pl.DataFrame) -> int:
+    """Return how many departures find their station with nothing accepted left (arrivals `arr` and
+    departures `dep`: station, ts_ns): the model dropped packets the station then sent."""
+    ev = pl.concat([arr.select("station", "ts_ns", pl.Series("_x", np.where(full, 0, 1), pl.Int64)),
+                    dep.select("station", "ts_ns", pl.lit(-1, pl.Int64).alias("_x"))])
+    occ = pl.col("_x").cum_sum().over("station", order_by=["ts_ns", "_x"])
+    return int(ev.select(((occ < 0) & (pl.col("_x") < 0)).sum()).item())
+
+
+def _least_capacity(arr: pl.DataFrame, dep: pl.DataFrame) -> int:
+    """Return the smallest queue capacity under which no station sends more MPDUs than the model let in
+    for it (beyond what an endless queue gives: MPDUs of packets that came before the wired capture
+    began), found by bisection: a lower bound (a queue that never drains hides a larger one)."""
+    t_arr = arr.get_column("ts_ns").to_numpy()
+    t_dep = np.sort(dep.get_column("ts_ns").to_numpy())
+    tol = _overdrawn(arr, np.zeros(len(t_arr), bool), dep)
+    lo, hi = 1, len(t_arr) + 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _overdrawn(arr, _full_at_arrival(t_arr, t_dep, mid)[0], dep) <= tol:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+# Packets of one station queue and one length keep their order through a FIFO queue: each such stream is
+# paired on its own, so that a frame of another length (an ARP, a TCP ACK, a management frame in the same
+# sequence space) cannot shift the pairing of the rest.
+_FIFO = ("station", "_q", "_len")
+
+
+def _slots(g: pl.DataFrame, holes: pl.DataFrame) -> pl.DataFrame:
+    """Return keyless groups with `_slot`: their MPDU's place in their stream (`_FIFO`), counting the MPDUs
+    the sniffer missed in their sequence space just before them (a queue drop consumes no sequence number;
+    a missed MPDU is taken to be of the length of the next one seen, as in a bulk transfer)."""
+    g = _join_left(g.with_columns(_space_cols()), holes, ["ta", "_sra", "_tid", "useq"], nulls_equal=True)
+    # an MSDU whose length is unknown (a fragment missed) still took its place in the queue: taken to be
+    # of the length of the one before it (else after it), so that it does not shift the rest of that stream
+    near = pl.col("_len").forward_fill().over("station", "_q", order_by="first_air_frame")
+    g = g.with_columns(pl.coalesce(pl.col("_len"), near, pl.col("_len").backward_fill()
+                                   .over("station", "_q", order_by="first_air_frame")).alias("_len"))
+    part = list(_FIFO)
+    return g.with_columns(
+        (pl.int_range(pl.len()).over(part, order_by="first_air_frame")
+         + pl.col("_dh").fill_null(0).cum_sum().over(part, order_by="first_air_frame")
+         - pl.col("_dh").fill_null(0).first().over(part, order_by="first_air_frame")).alias("_slot"))
+
+
+def _queues(g: pl.DataFrame, w: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Return (groups, wired rows) with `_q`: the station's TID, from the DSCP's user priority on the wired side,
+    when its keyless frames use several TIDs (else one queue per station)."""
+    multi = g.group_by("station").agg((pl.col("tid").n_unique() > 1).alias("_multi"))
+    g = g.join(multi, on="station").with_columns(
+        pl.when(pl.col("_multi")).then(pl.col("tid").cast(pl.Int16)).otherwise(-1).alias("_q")).drop("_multi")
+    w = w.join(multi, on="station").with_columns(
+        pl.when(pl.col("_multi")).then((pl.col("ip_dscp").cast(pl.Int16) // 8).fill_null(0)).otherwise(-1)
+        .alias("_q")).drop("_multi")
+    return g, w
+
+
+def _best_offset(acc: pl.DataFrame, slots: pl.DataFrame, on_time: pl.Expr) -> pl.DataFrame:
+    """Return per queue the offset between wired rank and slot that pairs most of the first MPDUs well
+    (equal lengths, in time order); of offsets within 1 % of the best, the nearest 0 (a bundle's captures
+    start together: with equal lengths and a long queue, several offsets are in time order)."""
+    # the largest streams' first MPDUs (the rest keep offset 0): what is tried stays a few million rows
+    big = slots.group_by(_FIFO).len().sort("len", descending=True).head(OFFSET_STREAMS).select(_FIFO)
+    head = (slots.join(big, on=list(_FIFO), nulls_equal=True).filter(pl.col("_slot") < 2 * OFFSET_SPAN)
+            .select(*_FIFO, "_slot", "_start"))
+    ks = pl.DataFrame({"_k": pl.int_range(-OFFSET_SPAN, OFFSET_SPAN + 1, eager=True)})
+    t = (head.join(ks, how="cross").with_columns((pl.col("_slot") + pl.col("_k")).alias("_r"))
+         .join(acc.select(*_FIFO, "_r", "ts_ns"), on=[*_FIFO, "_r"])
+         .group_by(*_FIFO, "_k").agg(on_time.sum().alias("_ok")))
+    t = t.with_columns(pl.col("_ok").max().over(_FIFO).alias("_top"))
+    return (t.filter(pl.col("_ok") >= 0.99 * pl.col("_top")).sort(pl.col("_k").abs(), "_k")
+            .group_by(_FIFO, maintain_order=True).agg(pl.col("_k").first()))
+
+
+def _confidence(rows: pl.DataFrame) -> pl.DataFrame:
+    """Return the paired rows with match and match_confidence: 1 / (1 + the packets of its stream left
+    unpaired (taken as dropped) that reached the AP while it waited there, any of which it could have been).
+
+    `rows`: every packet of the keyless streams (`_FIFO`, ts_ns), the paired ones with `_gap` (the time
+    between its wired stamp and its MPDU).  None such: ``size_order``, else ``ambiguous``.
+    """
+    loose = (rows.filter(pl.col("gid").is_null()).select(*_FIFO, "ts_ns").sort("ts_ns")
+             .with_columns(pl.int_range(1, pl.len() + 1).over(_FIFO).alias("_c")))
+    r = rows.filter(pl.col("gid").is_not_null()).with_columns(pl.col("_gap").abs().alias("_gap"))
+
+    def upto(t: pl.Expr, name: str) -> pl.Series:
+        q = r.select(*_FIFO, "_w", t.alias("_t")).sort("_t")
+        j = q.join_asof(loose, left_on="_t", right_on="ts_ns", by=list(_FIFO), strategy="backward",
+                        check_sortedness=False)
+        return r.select("_w").join(j.select("_w", pl.col("_c").fill_null(0).alias(name)), on="_w", how="left")
+
+    hi, lo = upto(pl.col("ts_ns") + pl.col("_gap"), "_hi"), upto(pl.col("ts_ns") - pl.col("_gap") - 1, "_lo")
+    r = r.join(hi, on="_w", how="left").join(lo, on="_w", how="left")
+    c = 1 + pl.col("_hi").fill_null(0) - pl.col("_lo").fill_null(0)
+    return r.with_columns(pl.when(c == 1).then(pl.lit("size_order")).otherwise(pl.lit("ambiguous")).alias("match"),
+                          (1 / c).cast(pl.Float64).alias("match_confidence"))
+
+
+def _pair(slots: pl.DataFrame, acc: pl.DataFrame, on_time: pl.Expr) -> pl.DataFrame:
+    """Return (_w, gid): each stream's MPDU slots paired in order with its accepted packets (rank `_r`), from
+    the best offset on, where time allows (`on_time`)."""
+    acc = acc.select("_w", *_FIFO, "_r", "ts_ns", *(["_held"] if "_held" in acc.columns else []))
+    off = _best_offset(acc, slots, on_time)
+    return (slots.join(off, on=list(_FIFO), how="left", nulls_equal=True)
+            .with_columns((pl.col("_slot") + pl.col("_k").fill_null(0)).alias("_r"))
+            .join(acc, on=[*_FIFO, "_r"]).filter(on_time)
+            .select("_w", "gid", (pl.col("_start") - pl.col("ts_ns")).alias("_gap"), "ts_ns",
+                    *(["_held"] if "_held" in acc.columns else [])))
+
+
+def protected_down(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) -> pl.DataFrame:
+    """Return (gid, _w, match, match_confidence): keyless downlink MPDUs paired with the AP's wired packets.
+
+    The AP's queue is taken as one drop-tail FIFO shared by all stations (as ns-3's and a plain
+    qdisc's are): the packets it accepted leave in arrival order, and what arrives while it is full
+    is dropped.  An MPDU leaves it once its last attempt ends (a sequence number missed: about when
+    the next one seen of its space does).  Per capacity tried (`_capacities`), the model says which
+    packets were dropped; a station's accepted packets of one length then meet its MPDUs of that
+    length in order (`_pair`), where time allows.  The capacity kept is the one under which the
+    packets the queue held at each arrival agree best with the MPDUs that left before it was sent.
+    `shift` (`clock_correction`) is taken from the wired stamps first.
+    """
+    out = pl.DataFrame(schema={"gid": pl.Int64, "_w": pl.UInt32, "match": pl.Utf8, "match_confidence": pl.Float64})
+    w = w.with_columns(pl.col("ts_ns") - shift)
+    grp = a["groups"]
+    g = grp.filter((pl.col("direction") == "down") & pl.col("_nokey") & pl.col("key").is_null()
+                   & pl.col("station").is_not_null())
+    if g.height == 0 or w.height == 0 or "_plen" not in g.columns:
+        return out
+    start = int(a["span"]["start"][0])
+    holes = _new_holes(a["space"])
+    alld = _join_left(grp.filter((pl.col("direction") == "down") & pl.col("last_air_ts_ns").is_not_null())
+                      .with_columns(_space_cols()), holes, ["ta", "_sra", "_tid", "useq"], nulls_equal=True)
+    dep = alld.select("station", pl.col("last_air_ts_ns").alias("ts_ns"),
+                      (1 + pl.col("_dh").fill_null(0).clip(0, 4096)).alias("_n"))
+    dep = dep.select(pl.col("station", "ts_ns").repeat_by("_n").explode())
+    del alld
+    if dep.height == 0:
+        return out
+    arr = w.filter((pl.col("ts_ns") >= start) & (pl.col("ts_ns") <= dep["ts_ns"].max())).sort("ts_ns", "_w")
+    t_arr, t_dep = arr.get_column("ts_ns").to_numpy(), np.sort(dep.get_column("ts_ns").to_numpy())
+    g, ws = _queues(g, w.filter(pl.col("ts_ns") >= start).select("_w", "ts_ns", "station", "ip_len", "ip_dscp"))
+    slots = _slots(g.with_columns(pl.col("_plen").alias("_len")), holes).select("gid", *_FIFO, "_slot", "_start")
+    ws = ws.with_columns(pl.col("ip_len").cast(pl.Int64).alias("_len"))
+    on_time = (pl.col("ts_ns") <= pl.col("_start") + SLACK_NS) & (pl.col("_start") - pl.col("ts_ns") <= MATCH_WINDOW_NS)
+    best, endless = None, None
+    # from a queue that never fills down: drops are claimed only where they fit clearly better than none
+    # (a scheduler that is not first come, first served across stations blurs the fit of every capacity)
+    for q in reversed(_capacities(_least_capacity(arr.select("station", "ts_ns"), dep), len(t_arr))):
+        full, held = _full_at_arrival(t_arr, t_dep, q)
+        state = arr.select("_w", pl.Series("_full", full), pl.Series("_held", held))
+        rows = _join_left(ws, state, ["_w"]).with_columns(pl.col("_full").fill_null(False))
+        acc = (rows.filter(~pl.col("_full"))
+               .with_columns(pl.int_range(pl.len()).over(_FIFO, order_by=["ts_ns", "_w"]).alias("_r")))
+        p = _pair(slots, acc, on_time)
+        err = _misfit(p, t_dep)
+        endless = err if endless is None else endless
+        if best is None or (err < best[0] and err <= DROP_EVIDENCE * endless):
+            best = (err, rows.select("_w", *_FIFO, "ts_ns"), p.select("_w", "gid", "_gap"))
+        del rows, acc, p, state
+    # confidence over each stream's packets in wired order: paired ones and the rest
+    r = _confidence(best[1].join(best[2], on="_w", how="left"))
+    return r.select("gid", "_w", "match", "match_confidence").cast(out.schema)
+
+
+def _misfit(p: pl.DataFrame, t_dep: np.ndarray) -> float:
+    """Return how badly pairs (ts_ns, _gap, _held) fit a FIFO, per pair: what the queue held at a packet's
+    arrival must have left before it was sent, and an AP holding packets does not sit idle for long."""
+    if p.height == 0:
+        return float("inf")
+    t = p.get_column("ts_ns").to_numpy()
+    start = t + p.get_column("_gap").to_numpy()
+    before = np.searchsorted(t_dep, start, side="left")
+    left = before - np.searchsorted(t_dep, t, side="right")
+    prev = np.where(before > 0, t_dep[np.maximum(before - 1, 0)], np.iinfo(np.int64).min)
+    idle = (prev > t) & (start - prev > IDLE_NS)
+    return float((np.abs(left - p.get_column("_held").fill_null(0).to_numpy()).sum() + idle.sum()) / p.height)
+
+
+def _capacities(lo: int, n: int) -> list[int]:
+    """Return the queue capacities to try: from the least the departures allow, by steps of a quarter, to
+    one that never fills (n + 1)."""
+    out, q = [], max(lo, 1)
+    while q <= n:
+        out.append(q)
+        q = max(q + 1, int(q * 1.25))
+    return [*out, n + 1]
+
+
+def _up_pairs(w: pl.DataFrame, a: dict[str, pl.DataFrame], slack: int) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """Return (the station streams' wired packets, pairs _w, gid, _gap) of keyless uplink: each MSDU the AP
+    confirmed is forwarded (an AP rarely drops uplink), in order; None without keyless uplink."""
+    g = a["groups"].filter((pl.col("direction") == "up") & pl.col("_nokey") & pl.col("key").is_null()
+                           & (pl.col("acked_by") != "none") & pl.col("station").is_not_null())
+    if g.height == 0 or w.height == 0 or "_plen" not in g.columns:
+        return None
+    start = int(a["span"]["start"][0])
+    g, ws = _queues(g, w.filter(pl.col("ts_ns") >= start).select("_w", "ts_ns", "station", "ip_len", "ip_dscp"))
+    g = _slots(g.with_columns(pl.col("_plen").alias("_len")), _new_holes(a["space"]))
+    acc = ws.with_columns(pl.col("ip_len").cast(pl.Int64).alias("_len"))
+    acc = acc.with_columns(pl.int_range(pl.len()).over(_FIFO, order_by=["ts_ns", "_w"]).alias("_r"))
+    slots = g.select("gid", *_FIFO, "_slot", pl.col("last_air_ts_ns").alias("_start"))
+    # uplink the air comes first: the wired copy follows the last attempt
+    on_time = (pl.col("ts_ns") + slack >= pl.col("_start")) & (pl.col("ts_ns") - pl.col("_start") <= MATCH_WINDOW_NS)
+    return acc, _pair(slots, acc, on_time)
+
+
+def protected_up(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) -> pl.DataFrame:
+    """Return (gid, _w, match, match_confidence): keyless uplink MSDUs the AP confirmed, paired in order with
+    the station's packets on the AP's wired side (`shift`: `clock_correction`)."""
+    out = pl.DataFrame(schema={"gid": pl.Int64, "_w": pl.UInt32, "match": pl.Utf8, "match_confidence": pl.Float64})
+    got = _up_pairs(w.with_columns(pl.col("ts_ns") - shift), a, SLACK_NS)
+    if got is None:
+        return out
+    acc, p = got
+    rows = acc.select("_w", *_FIFO, "ts_ns").join(p.select("_w", "gid", "_gap"), on="_w", how="left")
+    r = _confidence(rows)
+    return r.select("gid", "_w", "match", "match_confidence").cast(out.schema)
+
+
+def clock_correction(down: pl.DataFrame, up: pl.DataFrame, a: dict[str, pl.DataFrame]) -> int:
+    """Return ns to take from the wired stamps so that keyless pairs see the clocks as keyed ones would (0 if
+    unknown).
+
+    Without keys the alignment rests on sizes alone and may be off by milliseconds, more than the queue
+    model can bear.  Paired as if nothing were dropped (right wherever the queue did not overflow), the
+    quickest downlink packets go from the wired side to the air and the quickest uplink ones back in
+    about the same short time; a clock error lengthens one direction by what it takes from the other.
+    """
+    got = _up_pairs(up, a, CLOCK_SLACK_NS)
+    down_p = _down_pairs_endless(down, a)
+    if got is None or down_p is None or min(got[1].height, down_p.height) < CLOCK_MIN_PAIRS:
+        return 0
+    # (uplink `_gap` is the air's end less the wired stamp: its forwarding time is minus that)
+    fwd_up = int((-got[1].get_column("_gap")).sort()[CLOCK_RANK])
+    fwd_down = int(down_p.get_column("_gap").sort()[CLOCK_RANK])
+    return int((fwd_up - fwd_down) // 2)
+
+
+def _down_pairs_endless(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
+    """Return keyless downlink pairs (_w, gid, _gap) as if the AP's queue never overflowed (None: no keyless)."""
+    g = a["groups"].filter((pl.col("direction") == "down") & pl.col("_nokey") & pl.col("key").is_null()
+                           & pl.col("station").is_not_null())
+    if g.height == 0 or w.height == 0 or "_plen" not in g.columns:
+        return None
+    start = int(a["span"]["start"][0])
+    g, ws = _queues(g, w.filter(pl.col("ts_ns") >= start).select("_w", "ts_ns", "station", "ip_len", "ip_dscp"))
+    slots = _slots(g.with_columns(pl.col("_plen").alias("_len")), _new_holes(a["space"]))
+    acc = ws.with_columns(pl.col("ip_len").cast(pl.Int64).alias("_len"))
+    acc = acc.with_columns(pl.int_range(pl.len()).over(_FIFO, order_by=["ts_ns", "_w"]).alias("_r"))
+    on_time = ((pl.col("ts_ns") <= pl.col("_start") + CLOCK_SLACK_NS)
+               & (pl.col("_start") - pl.col("ts_ns") <= MATCH_WINDOW_NS))
+    return _pair(slots.select("gid", *_FIFO, "_slot", "_start"), acc, on_time)
+
+
+def _with_protected(m: pl.DataFrame, pairs: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame:
+    """Return the keyed matches `m` (match ``key``) and the keyless `pairs` with their groups' columns."""
+    m = m.with_columns(pl.lit("key").alias("match"), pl.lit(1.0).alias("match_confidence"))
+    if pairs.height == 0:
+        return m
+    pm = pairs.join(groups, on="gid").select("_w", *_MERGE_COLS, "match", "match_confidence")
+    return pl.concat([m, pm.cast(m.schema)])
+
+
+def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Return (per wired downlink packet `_w`: its groups and fate in one air capture, gid -> _w map); `shift`:
+    `clock_correction`, for the keyless pairs."""
     g = a["groups"].filter((pl.col("direction") == "down") & pl.col("key").is_not_null())
     g = g.with_columns((pl.col("_start") + SLACK_NS).alias("_t")).sort("_t")
     m = g.join_asof(w.select("_w", "key", pl.col("ts_ns").alias("_wts")).sort("_wts"), left_on="_t",
@@ -603,6 +1066,7 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> tuple[pl.DataFr
     del g             # the matching's working tables are freed as soon as used: this is the join's busiest moment
     # lazily: the filter copies only what is read next, not every column of the groups
     m = m.lazy().filter(pl.col("_w").is_not_null()).select("_w", *_MERGE_COLS).collect()
+    m = _with_protected(m, protected_down(w, a, shift), a["groups"])
     gmap = m.select("gid", "_w")
     per = _merge_groups(m, "_w")
     del m
@@ -650,8 +1114,10 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> tuple[pl.DataFr
     # unmatched rows follow their segment's matched row (if any): rank among the unseen starts at 0
     d = d.with_columns(pl.when(pl.col("_hp").is_not_null() & (pl.col("_seg") > 0)).then(pl.col("_rank") - 1)
                        .otherwise(pl.col("_rank")).alias("_rank")).drop("_hp", "_seg", "_deq")
+    # a station whose traffic is protected and none of whose packets could be paired is not judged
     prot = a["groups"].filter(pl.col("direction") == "down").group_by("station").agg(
-        (pl.col("protected").mean() > 0.5).alias("_prot"))
+        (pl.col("protected").mean() > 0.5).alias("_prot")).join(
+        d.lazy().filter(matched).select("station").unique().collect(), on="station", how="anti")
     d = _join_left(d, prot, ["station"])
     start, end = a["span"].row(0)
     outside = (pl.col("ts_ns") < start) | (pl.col("ts_ns") > end)
@@ -668,13 +1134,16 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> tuple[pl.DataFr
     return d.select([c for c in (*_DOWN_COLS, "_w", "key", "_start") if c in d.columns]), gmap
 
 
-def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Return (wired uplink packets with their groups, unmatched air uplink groups, gid -> _w map)."""
+def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0
+               ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Return (wired uplink packets with their groups, unmatched air uplink groups, gid -> _w map); `shift`:
+    `clock_correction`, for the keyless pairs."""
     g = a["groups"].filter((pl.col("direction") == "up") & pl.col("key").is_not_null()).sort("first_air_ts_ns")
     m = (w.select("_w", "key", (pl.col("ts_ns") + SLACK_NS).alias("_t")).sort("_t")
          .join_asof(g, left_on="_t", right_on="first_air_ts_ns", by="key", strategy="nearest",
                     tolerance=MATCH_WINDOW_NS + SLACK_NS, check_sortedness=False)
          .lazy().filter(pl.col("gid").is_not_null()).select("_w", *_MERGE_COLS).collect())
+    m = _with_protected(m, protected_up(w, a, shift), a["groups"])
     gmap = m.select("gid", "_w")
     per = _merge_groups(m, "_w")
     del m
@@ -719,6 +1188,14 @@ def _choose(rows: pl.DataFrame) -> pl.DataFrame:
             .unique("_w", keep="first", maintain_order=True))
 
 
+def _aligned_by_size(tl: Timeline, file: str) -> bool:
+    """Return whether the alignment placed an air capture by frame sizes alone (its clock is then rough)."""
+    try:
+        return ":size" in (tl.alignment.capture(file).method or "")
+    except (AttributeError, KeyError):
+        return False
+
+
 def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
     """Return the downlink, uplink, attempts and capture_loss tables of a timeline."""
     # A spilled timeline (a large bundle) has a scratch directory: the attempts wait there, not in memory,
@@ -741,9 +1218,18 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
                 else pl.DataFrame(schema={"station": pl.Utf8, "ip": pl.Utf8}))
     # an IP seen behind two addresses (a station that reassociated with a new MAC...): keep the first
     ip_sta = stations.unique("ip", keep="first", maintain_order=True)
-    wired = (pl.concat([_wired_ip(tl.packets(f, columns=_WIRED)) for f in ap], how="vertical_relaxed") if ap
+    wired = (pl.concat([_wired_ip(tl.packets(f, columns=_WIRED)) for f in ap], how="diagonal_relaxed") if ap
              else _wired_ip(pl.DataFrame(schema={"capture_file": pl.Utf8, "frame": pl.Int64, "ts_ns": pl.Int64})))
     wired = wired.with_row_index("_w")
+    # keyless stations: their IPs (bridged Ethernet addresses, else lengths) and cipher overheads
+    if airs:
+        learnt, oh = learn_protected(wired, pl.concat([a["groups"] for _, a in airs], how="diagonal_relaxed"), ip_sta)
+        ip_sta = pl.concat([ip_sta, learnt.select("station", "ip")])
+        for _, a in airs:
+            a["groups"] = a["groups"].join(oh, on="station", how="left").with_columns(
+                _protected_len(pl.col("_oh").fill_null(CIPHER_OVERHEADS["ccmp"])).alias("_plen")).drop("_oh")
+        del learnt, oh
+    wired = wired.drop([c for c in ("eth_src", "eth_dst") if c in wired.columns])
     down_w = wired.join(ip_sta.rename({"ip": "ip_dst"}), on="ip_dst", how="inner")
     up_w = wired.join(ip_sta.rename({"ip": "ip_src"}), on="ip_src", how="inner").join(
         down_w.select("_w"), on="_w", how="anti")
@@ -754,9 +1240,10 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
     wired = wired.select("_w", "capture_file", "frame")
     gmaps, down_rows, up_rows, up_only = [], [], [], []
     for file, a in airs:
-        d, gm = downlink_one(down_w, a)
+        shift = clock_correction(down_w, up_w, a) if _aligned_by_size(tl, file) else 0
+        d, gm = downlink_one(down_w, a, shift)
         down_rows.append(d)
-        u, only, gu = uplink_one(up_w, a)
+        u, only, gu = uplink_one(up_w, a, shift)
         up_rows.append(u)
         up_only.append(only)
         gmaps.append(pl.concat([gm, gu]).with_columns(pl.lit(file).alias("capture_file")))
@@ -843,6 +1330,27 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
         "attempts": conform(None if att is None else att.select([c.name for c in ATTEMPTS]), ATTEMPTS),
         "capture_loss": conform(None if loss is None else loss.select([c.name for c in CAPTURE_LOSS]), CAPTURE_LOSS),
     }
+
+
+def match_notes(tl: Timeline) -> list[str]:
+    """Return one line saying how many packets of protected traffic were matched by size and order (or none)."""
+    if not tl.entries("air"):
+        return []
+    counts = {"size_order": 0, "ambiguous": 0}
+    for name in ("downlink", "uplink"):
+        t = tl.table(name)
+        if "match" not in t.columns:
+            continue
+        for m, n in t.group_by("match").len().iter_rows():
+            if m in counts:
+                counts[m] += int(n)
+    total = counts["size_order"] + counts["ambiguous"]
+    if not total:
+        return []
+    return [f"protected traffic without keys: the fates, attempts and sojourns of {total:,} packets were matched "
+            f"to their MPDUs by size, order and time ({counts['size_order']:,} size_order, {counts['ambiguous']:,} "
+            f"ambiguous: equal-length packets dropped beside them could be the one; the match column and "
+            f"match_confidence of the downlink and uplink tables say which)"]
 
 
 def build(tl: Timeline) -> dict[str, pl.DataFrame]:

@@ -50,3 +50,14 @@ def conform(df: pl.DataFrame | None, columns: tuple[Column, ...]) -> pl.DataFram
     return df.select(
         (pl.col(c.name).cast(c.dtype) if c.name in df.columns else pl.lit(None, dtype=c.dtype)).alias(c.name)
         for c in columns)
+
+
+# How a packet row of the cross-layer join (xlayer.metrics.join) was matched to its 802.11 MPDU.
+MATCH_KINDS = ("key", "size_order", "ambiguous")
+MATCH_COLUMNS: tuple[Column, ...] = (
+    Column("match", pl.Utf8, "", "how the packet met its MPDU: key (its IP and transport fields, decrypted or "
+           "open), size_order (protected, no keys: the only packet its length, FIFO order and time allow), "
+           "ambiguous (as size_order, but equal-length packets dropped beside it could be the one); null: not matched"),
+    Column("match_confidence", pl.Float64, "fraction", "1 for key and size_order; 1 / the number of equal-length "
+           "packets that could be the one for ambiguous; null: not matched"),
+)

@@ -12,9 +12,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import xlayer.testbeds.sim.clocks as _clocks
+from xlayer.testbeds.sim.encrypt import (
+    check_passphrase,
+    encrypt_air_capture,
+    remap_frame_log,
+)
 from xlayer.testbeds.sim.pcapfile import count_pcap
-from xlayer.testbeds.sim.scenarios import FILES
-from xlayer.testbeds.sim.scenarios import Scenario, check_ssid, get_scenario
+from xlayer.testbeds.sim.scenarios import FILES, Scenario, check_ssid, get_scenario
 
 # The files of a simulated bundle, by vantage ("tcp": the server's TCP state samples).
 PART = ".part"
@@ -83,14 +87,18 @@ def run_child(job: dict, workdir: Path, log: Callable[[str], None], timeout: flo
 
 def run_scenario(name: str, outdir: str | os.PathLike, *, seed: int = 1, seconds: float | None = None,
                  log: Callable[[str], None] | None = None, keep_work: bool = False,
-                 scenario: Scenario | None = None) -> dict[str, Any]:
+                 scenario: Scenario | None = None, encrypt: str | None = None) -> dict[str, Any]:
     """Simulate scenario `name` into bundle directory `outdir`; return the truth (also truth.json).
 
     `seed` (>= 1) fixes everything: ns-3's random streams, the clocks, the jitter; the same seed gives
     byte-identical captures.  `seconds` is simulated time (the scenario's default if None).
+    `encrypt`: a WPA2 passphrase; the air capture is then written as a sniffer of a WPA2-PSK network
+    sees it (`xlayer.testbeds.sim.encrypt`); the passphrase is stored nowhere.
     """
-    from xlayer.testbeds.sim.truth import build_truth
-    from xlayer.testbeds.sim.truth import write_bundle  # noqa: PLC0415 - polars only in the parent
+    from xlayer.testbeds.sim.truth import (
+        build_truth,
+        write_bundle,  # noqa: PLC0415 - polars only in the parent
+    )
 
     log = log or (lambda m: None)
     if seed < 1:
@@ -98,6 +106,7 @@ def run_scenario(name: str, outdir: str | os.PathLike, *, seed: int = 1, seconds
     sc = scenario or get_scenario(name, seconds, seed=seed)
     try:
         check_ssid(sc.ssid)       # a caller may have set it after the scenario was built
+        passphrase = None if encrypt is None else check_passphrase(encrypt)
     except ValueError as exc:
         raise SimError(str(exc)) from None
     out = Path(outdir)
@@ -114,6 +123,7 @@ def run_scenario(name: str, outdir: str | os.PathLike, *, seed: int = 1, seconds
     t0 = time.monotonic()
     log(f"simulating {sc.name} ({sc.seconds:g} s, seed {seed})")
     result = run_child(job, work, log)
+    encrypted = None if passphrase is None else _encrypt_air(work, sc, seed, passphrase, log)
     summaries = {}
     for vantage, fname in FILES.items():
         part = work / (fname + PART)
@@ -129,8 +139,54 @@ def run_scenario(name: str, outdir: str | os.PathLike, *, seed: int = 1, seconds
         os.replace(part, out / fname)
     truth = build_truth(sc, seed, cl, result, work, out, summaries, wall_s=time.monotonic() - t0)
     write_bundle(sc, seed, truth, out, summaries, result)
+    if encrypted is not None:
+        _mark_encrypted(out)
+        truth["run"]["encryption"] = encrypted
     if not keep_work:
         shutil.rmtree(work, ignore_errors=True)
     truth["run"]["wall_s"] = round(time.monotonic() - t0, 2)
     (out / "truth.json").write_text(json.dumps(truth, indent=1, allow_nan=False) + "\n")
     return truth
+
+
+def _encrypt_air(work: Path, sc: Scenario, seed: int, passphrase: bytes, log: Callable[[str], None]) -> dict:
+    """Rewrite the child's radiotap captures as WPA2-PSK ones; renumber the sniffer log; return the counts."""
+    from parsers.formats.detect import pcap_magic  # noqa: PLC0415
+
+    done: dict[str, Any] = {"kind": "wpa2-psk"}
+    for vantage, fname in FILES.items():
+        part = work / (fname + PART)
+        head = b""
+        if fname.endswith(".pcap") and part.exists():
+            with open(part, "rb") as fh:
+                head = fh.read(24)
+        # only air captures (radiotap): a host's own interface sees its traffic decrypted
+        if len(head) < 24 or pcap_magic(head[:4]) is None or int.from_bytes(head[20:24], "little") != 127:
+            continue
+        try:
+            res = encrypt_air_capture(part, passphrase, sc.ssid.encode(), seed)
+            if vantage == "sniffer":
+                remap_frame_log(work / "log" / "sniff.csv", res.frame_map)   # truth's sniffer_frame follows
+        except ValueError as exc:
+            raise SimError(f"cannot encrypt {fname}: {exc}") from None
+        except OSError as exc:      # a full disk: the rewrite left the open capture whole, and no temp file
+            raise SimError(f"cannot encrypt {fname}: {exc.strerror or exc}") from None
+        c = res.counts
+        done[vantage] = c.as_dict()
+        log(f"{fname}: WPA2-PSK: {c.handshakes} handshake(s), {c.encrypted_unicast + c.encrypted_group} data "
+            f"frames encrypted" + (f", {c.left_clear} left in clear (padded headers or no key)" if c.left_clear
+                                  else ""))
+    return done
+
+
+def _mark_encrypted(out: Path) -> None:
+    """Say in bundle.json which captures are WPA2-protected and what decrypts them (never the key)."""
+    from xlayer.bundle.manifest import load_manifest, write_manifest  # noqa: PLC0415
+
+    b = load_manifest(out)
+    for c in b.captures:
+        if c.kind == "air":
+            c.extra["encrypted"] = "wpa2-psk"
+            c.notes += ("; WPA2-PSK (CCMP) as a sniffer of the protected network sees it: decrypt with "
+                        "--wpa-pwd PASSPHRASE:SSID")
+    write_manifest(out, b)
