@@ -1,10 +1,14 @@
 """Score `xlayer analyze` against the truth of random simulated scenarios (issue 11).
 
-    python benchmarks/accuracy.py --seeds 1:11 [--jobs 2] [--work DIR]
+    python benchmarks/accuracy.py --seeds 1:11 [--jobs 2] [--work DIR] [--standard g|n|ac|ax|draw]
+                                  [--encrypt PASSPHRASE]
 
 For each seed in [A, B) it simulates `xlayer sim random --seed N` (cached in --work, keyed by the
 seed and a hash of the drawn scenario and the generator's source, so a changed generator re-simulates), runs
 `xlayer analyze BUNDLE --json`, scores it with `xlayer.attribution.truthcheck`, and prints:
+(axes: `--standard` runs every seed on that standard, `xlayer sim --standard`; "draw", the default, on
+the one the seed draws.  `--encrypt PASSPHRASE` simulates WPA2-protected runs, `xlayer sim --encrypt`,
+and analyses them with `--wpa-pwd PASSPHRASE:SSID`; the passphrase is never printed.)
 
 - the confusion matrix: per truth primary cause (or "none" for a run without cause), the cause ranked
   first by the incident covering most of its window (at least truthcheck's half), "none" if no
@@ -44,38 +48,85 @@ from xlayer.attribution.truthcheck import MIN_COVER, check
 NONE = "none"
 
 
-def scenario_key(seed: int) -> str:
-    """Return a short hash of seed `seed`'s drawn scenario (its physical setup)."""
+DRAW = "draw"
+
+
+class Axes:
+    """The benchmark's axes: the standard every seed runs on (None: the drawn one) and the WPA2
+    passphrase (None: open), passed to `xlayer sim` and `xlayer analyze`."""
+
+    def __init__(self, standard: str | None = None, passphrase: str | None = None) -> None:
+        self.standard, self.passphrase = standard, passphrase
+
+    def sim_args(self) -> list[str]:
+        """Return the extra `xlayer sim` arguments."""
+        out = ["--standard", self.standard] if self.standard else []
+        return out + (["--encrypt", self.passphrase] if self.passphrase is not None else [])
+
+    def analyze_args(self, bundle: Path) -> list[str]:
+        """Return the extra `xlayer analyze` arguments for `bundle` (its SSID from bundle.json)."""
+        if self.passphrase is None:
+            return []
+        ssid = json.loads((bundle / "bundle.json").read_text()).get("tags", {}).get("ssid") or "xlayer-sim"
+        return ["--wpa-pwd", f"{self.passphrase}:{ssid}"]
+
+    def redact(self, text: str) -> str:
+        """Return `text` without the passphrase (a child's error message may echo its arguments)."""
+        return text.replace(self.passphrase, "<passphrase>") if self.passphrase else text
+
+    def tag(self) -> str:
+        """Return the cache directory's axis part (the passphrase only through the key's hash)."""
+        return (f"-{self.standard}" if self.standard else "") + ("-wpa2" if self.passphrase is not None else "")
+
+
+def sim_has_encrypt() -> bool:
+    """Return whether `xlayer sim` takes --encrypt (another change adds it)."""
+    p = subprocess.run([sys.executable, "-m", "xlayer", "sim", "--help"], cwd=REPO, capture_output=True,
+                       text=True, check=False)
+    return "--encrypt" in p.stdout
+
+
+def scenario_key(seed: int, axes: Axes | None = None) -> str:
+    """Return a short hash of seed `seed`'s drawn scenario (its physical setup) on `axes`."""
     import xlayer.testbeds.sim.random_scenario as gen
     from xlayer.testbeds.sim import get_scenario
 
-    phys = get_scenario("random", seed=seed).physical()
+    axes = axes or Axes()
+    phys = get_scenario("random", seed=seed, standard=axes.standard).physical()
     # the generator's source too: its truth hooks run when the bundle is made
     key = json.dumps(phys, sort_keys=True) + Path(gen.__file__).read_text()
+    if axes.passphrase is not None:
+        key += "\0wpa2\0" + axes.passphrase    # one-way and cut to 10 hex digits: names the cache only
     return hashlib.sha256(key.encode()).hexdigest()[:10]
 
 
-def simulate(seed: int, work: Path) -> tuple[Path, str | None]:
+def simulate(seed: int, work: Path, axes: Axes | None = None) -> tuple[Path, str | None]:
     """Return (bundle dir, error) of seed `seed`'s random scenario, simulating it unless cached."""
-    out = work / f"random-s{seed}-{scenario_key(seed)}"
+    axes = axes or Axes()
+    try:
+        key = scenario_key(seed, axes)
+    except KeyError as exc:      # the draw cannot run on this standard (scenarios.UnsupportedStandard)
+        return work / f"random-s{seed}{axes.tag()}", f"cannot simulate: {exc.args[0]}"
+    out = work / f"random-s{seed}{axes.tag()}-{key}"
     if (out / "truth.json").is_file() and (out / "bundle.json").is_file():
         return out, None
     if out.exists():
         shutil.rmtree(out)
-    p = subprocess.run([sys.executable, "-m", "xlayer", "sim", "random", "-o", str(out), "--seed", str(seed)],
-                       cwd=REPO, capture_output=True, text=True, check=False)
+    p = subprocess.run([sys.executable, "-m", "xlayer", "sim", "random", "-o", str(out), "--seed", str(seed),
+                        *axes.sim_args()], cwd=REPO, capture_output=True, text=True, check=False)
     # exit 1: simulated, but the intended effect did not show (kept: the truth says what happened)
     if p.returncode not in (0, 1) or not (out / "truth.json").is_file():
-        return out, f"sim exited {p.returncode}: {p.stderr.strip()[-500:]}"
+        return out, f"sim exited {p.returncode}: {axes.redact(p.stderr.strip()[-500:])}"
     return out, None
 
 
-def analyze(bundle: Path) -> tuple[dict | None, str | None]:
+def analyze(bundle: Path, axes: Axes | None = None) -> tuple[dict | None, str | None]:
     """Return (`xlayer analyze --json` output, error)."""
-    p = subprocess.run([sys.executable, "-m", "xlayer", "analyze", str(bundle), "--json"],
-                       cwd=REPO, capture_output=True, text=True, check=False)
+    axes = axes or Axes()
+    p = subprocess.run([sys.executable, "-m", "xlayer", "analyze", str(bundle), "--json",
+                        *axes.analyze_args(bundle)], cwd=REPO, capture_output=True, text=True, check=False)
     if p.returncode != 0:
-        return None, f"analyze exited {p.returncode}: {p.stderr.strip()[-500:]}"
+        return None, f"analyze exited {p.returncode}: {axes.redact(p.stderr.strip()[-500:])}"
     return json.loads(p.stdout), None
 
 
@@ -173,12 +224,12 @@ def score(seed: int, bundle: Path, an_json: dict) -> dict[str, Any]:
                           for i in incs]}
 
 
-def run_one(seed: int, work: Path) -> dict[str, Any]:
+def run_one(seed: int, work: Path, axes: Axes | None = None) -> dict[str, Any]:
     t0 = time.monotonic()
-    bundle, err = simulate(seed, work)
+    bundle, err = simulate(seed, work, axes)
     if err:
         return {"seed": seed, "error": err}
-    an, err = analyze(bundle)
+    an, err = analyze(bundle, axes)
     if err:
         return {"seed": seed, "error": err}
     r = score(seed, bundle, an)
@@ -274,13 +325,20 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2, help="simulations at once (default 2)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/xlayer-accuracy"),
                     help="cache of simulated bundles (default /tmp/xlayer-accuracy)")
+    ap.add_argument("--standard", choices=("g", "n", "ac", "ax", DRAW), default=DRAW,
+                    help="run every seed on 802.11g, n, ac (VHT80) or ax (HE80); draw: the seed's own (default)")
+    ap.add_argument("--encrypt", metavar="PASSPHRASE", default=None,
+                    help="simulate WPA2-protected runs with this passphrase and analyse them with it")
     a = ap.parse_args()
     lo, hi = (int(x) for x in a.seeds.split(":"))
     if lo < 1 or hi <= lo:
         ap.error("--seeds A:B with 1 <= A < B")
+    if a.encrypt is not None and not sim_has_encrypt():
+        ap.error("--encrypt: this xlayer sim has no --encrypt yet")
+    axes = Axes(None if a.standard == DRAW else a.standard, a.encrypt)
     a.work.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max(1, a.jobs)) as ex:
-        rows = list(ex.map(lambda s: run_one(s, a.work), range(lo, hi)))
+        rows = list(ex.map(lambda s: run_one(s, a.work, axes), range(lo, hi)))
     report(rows)
     return 2 if any("error" in r for r in rows) else 0
 

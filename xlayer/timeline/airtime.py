@@ -16,33 +16,47 @@ per-station metrics.  Per frame:
   was captured).  Other radio headers without such frames: learnt from unprotected data frames, whose
   MPDU length follows from their IP length, else the link type's usual length.
 * PSDU length: the MPDU, or for an A-MPDU all its subframes seen (4-byte delimiter each, padded to
-  4 bytes but the last, as 802.11-2016 9.7.1 and ns-3 do).
-* PPDU duration (IEEE 802.11-2016 TXTIME formulas; ns-3 3.44 computes the same):
+  4 bytes but the last, as 802.11-2020 9.7.1 and ns-3 do for HT).  VHT and HE PPDUs always carry an
+  A-MPDU (a lone MPDU is an S-MPDU: delimiter + MPDU) and their TXTIME counts the A-MPDU up to the
+  EOF padding (APEP_LENGTH, 10.12.7), in which every subframe, the last too, is padded to 4 bytes.
+  One A-MPDU (the records sharing a radiotap A-MPDU reference number) is one PPDU: one preamble,
+  data symbols for all its subframes, its duration shared among its MPDUs by their bytes.  The Block
+  Ack that answers it is a record of its own (a control frame at a non-HT rate) with its own airtime.
+* PPDU duration (IEEE 802.11-2020 TXTIME formulas; `ppdu_duration_ns`):
   DSSS/HR-DSSS (15.3.7, 16.3.4): 192 µs long or 96 µs short PLCP preamble+header, then
   ceil(8·L / rate) µs.  OFDM/ERP-OFDM (17.4.3, 18.5.2): 16 µs preamble + 4 µs SIGNAL +
   4 µs · ceil((16 + 8·L + 6) / N_DBPS), N_DBPS = 4 µs · rate; + 6 µs signal extension at 2.4 GHz.
   HT mixed format (19.4.3): 16 + 4 (L-SIG) + 8 (HT-SIG) + 4 (HT-STF) + 4·N_LTF µs, then N_SYM
   symbols of 4 µs (3.6 µs short GI), N_SYM = ceil((16 + 8·L + 6·N_ES) / N_DBPS), N_DBPS = symbol
-  time · rate; + 6 µs signal extension at 2.4 GHz.  The short-GI data part is N_SYM · 3.6 µs (the
-  air is busy that long; the standard's L-SIG length rounds it up to 4 µs, ns-3 does not).
-  VHT (21.4.3): 36 + 4·N_LTF µs preamble, same data part (approximate: no EOF padding).
-  HE SU (27.4.3): 36 µs + N_LTF · (6.4 µs + GI) preamble, 12.8 µs + GI symbols (approximate: no
-  packet extension).
+  time · rate, N_ES = ceil(rate / 320 Mbit/s) (long GI; 350 with the short GI: where the MCS tables
+  step to two BCC encoders, as ns-3 reads them); + 6 µs signal extension at 2.4 GHz.
+  VHT (21.4.3): 16 + 4 (L-SIG) + 8 (VHT-SIG-A) + 4 (VHT-STF) + 4·N_LTF + 4 (VHT-SIG-B) µs, then
+  the same data part.  HE SU (27.4.3): 20 + 4 (RL-SIG) + 8 (HE-SIG-A) + 4 (HE-STF) µs +
+  N_LTF · (HE-LTF + GI), with the 2x HE-LTF (6.4 µs) at GI 0.8 and 1.6 µs and the 4x (12.8 µs) at
+  3.2 µs (the SU combinations 27.3.11.10 allows; radiotap does not always say which), then N_SYM
+  symbols of 12.8 µs + GI, N_ES = 1, no packet extension (nominal padding 0 µs), BCC.
+  Short GI (HT, VHT): the standard's TXTIME rounds the data part up to whole 4 µs symbols (the
+  L-SIG length); the signal itself ends after N_SYM · 3.6 µs, which is what the air carries and
+  what this module returns (`lsig_rounding` gives the TXTIME).  ns-3 3.44 differs from the standard
+  in two places, and its traced durations with it: no VHT-SIG-B in VHT SU PPDUs (4 µs shorter) and
+  every HE-LTF 8 µs long whatever the GI.
 
 Rates come from the parsers' ``phy_rate_mbps`` (with ``phy``, ``nss``, ``sgi``, ``he_gi_us``); a frame
-without a rate or a length has no airtime (``known`` false).
+without a rate or a length has no airtime (``known`` false).  N_DBPS is rate × symbol time, except for
+VHT and HE frames with their MCS and bandwidth, whose N_DBPS comes from the MCS tables (N_SD · N_BPSCS
+· R · N_SS): their rates are rounded to 0.1 Mbit/s, which can miss N_DBPS by a bit.
 """
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
 
-__all__ = ["COLUMNS", "airtime", "airtime_ns", "mpdu_bytes", "ppdu_duration_ns", "radio_header_len"]
+__all__ = ["COLUMNS", "airtime", "airtime_ns", "mpdu_bytes", "ppdu_duration_ns", "radio_header_len", "table_ndbps"]
 
 # the packet columns `airtime` reads (a caller may read only these of a capture; absent ones take defaults)
 COLUMNS: tuple[str, ...] = (
     "wirelen", "linktype", "rt_layout", "rt_len", "rt_flags", "phy_rate_mbps", "phy", "nss", "sgi", "he_gi_us",
-    "freq_mhz", "chan_flags", "ampdu_ref", "ampdu_flags", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
+    "mcs", "bw_mhz", "freq_mhz", "chan_flags", "ampdu_ref", "ampdu_flags", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
     "wlan_order", "wlan_amsdu", "wlan_seq", "ip_len", "fcs_bad")
 
 _NLTF = np.array([1, 1, 2, 4, 4, 6, 6, 8, 8], dtype=np.float64)   # HT/VHT/HE LTFs for NSS 0..8
@@ -188,10 +202,40 @@ def _mpdu_with(df: pl.DataFrame, hd: pl.DataFrame) -> pl.Series:
     return out.get_column("mpdu_bytes")
 
 
+_VHT_NDBPS_20 = np.array([26, 52, 78, 104, 156, 208, 234, 260, 312, 1040 / 3])   # 1 SS, 52 data subcarriers
+_VHT_NSD = {20: 52, 40: 108, 80: 234, 160: 468}
+_HE_NSD = {20: 234, 40: 468, 80: 980, 160: 1960}
+_HE_BITS_RATE = np.array([1 / 2, 1, 3 / 2, 2, 3, 4, 9 / 2, 5, 6, 20 / 3, 15 / 2, 25 / 3])   # N_BPSCS · R
+
+
+def table_ndbps(phy: np.ndarray, mcs: np.ndarray, nss: np.ndarray, bw_mhz: np.ndarray) -> np.ndarray:
+    """Return N_DBPS of VHT and HE frames from their MCS, streams and bandwidth (NaN for others)."""
+    phy = np.asarray(phy).astype(str)
+    m = np.asarray(mcs, dtype=np.float64)
+    n = np.asarray(nss, dtype=np.float64)
+    bw = np.asarray(bw_mhz, dtype=np.float64)
+    ok = np.isfinite(m) & np.isfinite(n) & np.isfinite(bw) & (n >= 1)
+    mi = np.where(ok, m, 0).astype(np.int64)
+    vht_sd = np.select([bw == w for w in _VHT_NSD], list(_VHT_NSD.values()), np.nan)
+    he_sd = np.select([bw == w for w in _HE_NSD], list(_HE_NSD.values()), np.nan)
+    vht = ok & (phy == "vht") & (mi <= 9)
+    he = ok & (phy == "he") & (mi <= 11)
+    out = np.full(len(phy), np.nan)
+    out = np.where(vht, _VHT_NDBPS_20[np.clip(mi, 0, 9)] * vht_sd / 52.0 * n, out)
+    return np.where(he, _HE_BITS_RATE[np.clip(mi, 0, 11)] * he_sd * n, out)
+
+
 def ppdu_duration_ns(psdu_bytes: np.ndarray, rate_mbps: np.ndarray, phy: np.ndarray, nss: np.ndarray,
                      short_preamble: np.ndarray, sgi: np.ndarray, he_gi_us: np.ndarray,
-                     band_2ghz: np.ndarray) -> np.ndarray:
-    """Return the PPDU duration in ns of each (PSDU length, PHY parameters); NaN where unknown."""
+                     band_2ghz: np.ndarray, *, lsig_rounding: bool = False,
+                     ndbps: np.ndarray | None = None) -> np.ndarray:
+    """Return the PPDU duration in ns of each (PSDU length, PHY parameters); NaN where unknown.
+
+    For VHT and HE the PSDU length is APEP_LENGTH (the A-MPDU before its EOF padding).  Short GI:
+    the data part ends after N_SYM · 3.6 µs, or with `lsig_rounding` at the standard's TXTIME (the
+    data part rounded up to whole 4 µs symbols).  `ndbps`: N_DBPS where finite (`table_ndbps`),
+    else rate × symbol time.
+    """
     L = np.asarray(psdu_bytes, dtype=np.float64)
     rate = np.asarray(rate_mbps, dtype=np.float64)
     rate = np.where(np.isfinite(rate) & (rate > 0), rate, np.nan)
@@ -199,16 +243,27 @@ def ppdu_duration_ns(psdu_bytes: np.ndarray, rate_mbps: np.ndarray, phy: np.ndar
     nltf = _NLTF[np.clip(np.asarray(nss, dtype=np.int64), 0, 8)]
     ht, vht, he = phy == "ht", phy == "vht", phy == "he"
     mimo = ht | vht
+    short_gi = mimo & np.asarray(sgi, dtype=bool)
     dsss = ~(mimo | he) & np.isin(np.round(rate * 2), _DSSS_RATES)
     gi = np.where(np.isfinite(he_gi_us), he_gi_us, 0.8)
-    tsym = np.where(he, 12.8 + gi, np.where(mimo & np.asarray(sgi, dtype=bool), 3.6, 4.0))
-    ndbps = np.maximum(np.round(rate * tsym), 1.0)
-    nes = np.maximum(1.0, np.ceil(rate * 4.0 / tsym / 300.0))   # BCC encoders: one per 300 Mbit/s (LGI)
+    tsym = np.where(he, 12.8 + gi, np.where(short_gi, 3.6, 4.0))
+    from_rate = np.maximum(np.round(rate * tsym), 1.0)
+    if ndbps is not None:
+        given = np.asarray(ndbps, dtype=np.float64)
+        from_rate = np.where(np.isfinite(given) & (given > 0), given, from_rate)
+    ndbps = from_rate
+    # BCC encoders: the HT/VHT MCS tables step to another one past about 320 Mbit/s (long GI) or
+    # 350 (short GI); HE SU has one (27.3.12: N_ES 1 with BCC)
+    nes = np.where(he, 1.0, np.maximum(1.0, np.ceil(np.round(rate, 3) / np.where(short_gi, 350.0, 320.0))))
     nsym = np.ceil((16.0 + 8.0 * L + 6.0 * nes) / ndbps)
     ofdm_us = nsym * tsym
+    if lsig_rounding:
+        ofdm_us = np.where(short_gi, 4.0 * np.ceil(np.round(ofdm_us / 4.0, 9)), ofdm_us)
+    # HE-LTF: 2x (6.4 µs) with GI 0.8 or 1.6, 4x (12.8 µs) with GI 3.2
+    he_ltf = np.where(gi > 2.0, 12.8, 6.4) + gi
     pre = np.where(ht, 32.0 + 4.0 * nltf,
                    np.where(vht, 36.0 + 4.0 * nltf,
-                            np.where(he, 36.0 + nltf * (6.4 + gi), 20.0)))
+                            np.where(he, 36.0 + nltf * he_ltf, 20.0)))
     ext = np.where(np.asarray(band_2ghz, dtype=bool) & ~he & ~vht, 6.0, 0.0)
     ofdm = pre + ofdm_us + ext
     dsss_us = np.where(np.asarray(short_preamble, dtype=bool) & (rate > 1.5), 96.0, 192.0) \
@@ -271,6 +326,8 @@ def _airtime_slice(df: pl.DataFrame, mpdu: pl.Series) -> pl.DataFrame:
         col("phy_rate_mbps", None, pl.Float64).cast(pl.Float64).alias("rate"),
         col("phy", "", pl.String).fill_null("").alias("phy"),
         col("nss", 1, pl.UInt8).cast(pl.Int64).fill_null(1).clip(1, 8).alias("nss"),
+        col("mcs", None, pl.UInt8).cast(pl.Float64).alias("mcs"),
+        col("bw_mhz", None, pl.UInt16).cast(pl.Float64).alias("bw_mhz"),
         ((col("rt_flags", 0, pl.UInt8).fill_null(0).cast(pl.Int32) & 0x02) != 0).alias("short"),
         col("sgi", False, pl.Boolean).fill_null(False).alias("sgi"),
         col("he_gi_us", None, pl.Float32).cast(pl.Float64).alias("gi"),
@@ -280,7 +337,9 @@ def _airtime_slice(df: pl.DataFrame, mpdu: pl.Series) -> pl.DataFrame:
     ).with_columns(mpdu.alias("mpdu")).with_row_index("_i")
     sub = 4 + (pl.col("mpdu") + 3) // 4 * 4       # A-MPDU subframe: delimiter + MPDU padded to 4 bytes
     is_last = pl.col("_i") == pl.col("_i").max().over("ampdu_ref")
-    sub_bytes = pl.when(pl.col("ampdu_ref").is_null()).then(pl.col("mpdu")) \
+    # VHT and HE: always an A-MPDU (a lone MPDU as an S-MPDU), every subframe padded (APEP_LENGTH)
+    vht_he = pl.col("phy").is_in(["vht", "he"])
+    sub_bytes = pl.when(vht_he).then(sub).when(pl.col("ampdu_ref").is_null()).then(pl.col("mpdu")) \
         .when(is_last).then(4 + pl.col("mpdu")).otherwise(sub)
     d = d.with_columns(sub_bytes.alias("sub")).with_columns(
         pl.when(pl.col("ampdu_ref").is_not_null()).then(pl.col("sub").sum().over("ampdu_ref"))
@@ -309,9 +368,11 @@ def _airtime_slice(df: pl.DataFrame, mpdu: pl.Series) -> pl.DataFrame:
         p = d.slice(lo, _SLICE)
         args = (p["rate"].to_numpy(), p["phy"].to_numpy(), p["nss"].to_numpy(), p["short"].to_numpy(),
                 p["sgi"].to_numpy(), p["gi"].fill_null(np.nan).to_numpy(), p["g24"].fill_null(False).to_numpy())
+        nd = table_ndbps(p["phy"].to_numpy(), p["mcs"].fill_null(np.nan).to_numpy(), p["nss"].to_numpy(),
+                         p["bw_mhz"].fill_null(np.nan).to_numpy())
         hi = lo + p.height
-        dur[lo:hi] = ppdu_duration_ns(ppdu_b[lo:hi], *args)
-        upto[lo:hi] = ppdu_duration_ns(upto_b[lo:hi], *args)
+        dur[lo:hi] = ppdu_duration_ns(ppdu_b[lo:hi], *args, ndbps=nd)
+        upto[lo:hi] = ppdu_duration_ns(upto_b[lo:hi], *args, ndbps=nd)
         del p, args
     upto = np.where(d["tail_ok"].to_numpy(), np.minimum(upto, dur), np.nan)
     share = dur * d["sub"].cast(pl.Float64).fill_null(np.nan).to_numpy() / ppdu_b

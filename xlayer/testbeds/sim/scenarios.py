@@ -9,15 +9,17 @@ function with the `scenario` decorator.
 
 Topology (every scenario)::
 
-    server ==CSMA 1 Gb/s== AP ~~802.11g or n~~ stations          sniffer: passive, 1.5 m from the AP
+    server ==CSMA 1 Gb/s== AP ~~802.11g/n/ac/ax~~ stations       sniffer: passive, 1.5 m from the AP
     10.10.1.1    10.10.1.2 | 10.10.2.1          10.10.2.2, .3 ...
 
 The AP's Wi-Fi MAC queue is its only queue (flow control off).  Downlink flows go server -> station.
+Any scenario can run on another standard (`get_scenario(..., standard=)`, `for_standard`): ac is VHT
+80 MHz and ax HE 80 MHz at 5 GHz, with ns-3's A-MPDU and Block Ack.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 # The bundle's files, by vantage: what a scenario's run writes.
@@ -103,8 +105,8 @@ class Scenario:
     seconds: float
     stations: list[Station]
     flows: list[Flow]
-    standard: str = "g"                  # "g" (2.4 GHz, ERP-OFDM/DSSS) or "n" (5 GHz, HT20)
-    rate_manager: str = "minstrel"       # "minstrel", "minstrel_ht", "constant"
+    standard: str = "g"                  # "g" (2.4 GHz, ERP-OFDM/DSSS), "n" (5 GHz, HT20), "ac" (VHT80), "ax" (HE80)
+    rate_manager: str = "minstrel"       # "minstrel", "minstrel_ht", "ideal", "constant"
     data_mode: str | None = None         # constant rate: an ns-3 WifiMode name
     control_mode: str | None = None
     queue_packets: int = 500             # WifiMacQueue::MaxSize (ns-3 default 500p)
@@ -181,22 +183,99 @@ def scenario(name: str, summary: str, seconds: float, *, seeded: bool = False) -
     return deco
 
 
-def get_scenario(name: str, seconds: float | None = None, seed: int | None = None) -> Scenario:
+def get_scenario(name: str, seconds: float | None = None, seed: int | None = None,
+                 standard: str | None = None) -> Scenario:
     """Return scenario `name` built for `seconds` of simulated time (its default if None).
 
     `seed` is the run's seed: a seeded scenario (``random``) is drawn from it (seed 1 if None: pass
-    the run's seed, as `xlayer sim` does), the others ignore it.
+    the run's seed, as `xlayer sim` does), the others ignore it.  `standard` ("g", "n", "ac", "ax"):
+    run it on that standard (`for_standard`); None: the one the scenario (or the draw) chooses.
     """
     if name not in SCENARIOS:
         raise KeyError(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})")
+    if standard is not None and standard not in STANDARDS:
+        raise KeyError(f"unknown standard {standard!r} (known: {', '.join(STANDARDS)})")
     d = SCENARIOS[name]
     if d.seeded:
-        sc = d.build(float(seconds) if seconds is not None else None, 1 if seed is None else int(seed))
+        kw = {"standard": standard} if standard is not None else {}
+        sc = d.build(float(seconds) if seconds is not None else None, 1 if seed is None else int(seed), **kw)
         sc.name, sc.summary = name, sc.summary or d.summary     # the summary says what was drawn
         return sc
     sc = d.build(float(seconds) if seconds is not None else d.default_seconds)
     sc.name, sc.summary = name, d.summary
+    if standard is not None and standard != sc.standard:
+        sc = for_standard(sc, standard)
+        sc.summary += f" (run on 802.11{standard})"
     return sc
+
+
+STANDARDS = ("g", "n", "ac", "ax")
+
+
+class UnsupportedStandard(KeyError):
+    """A scenario cannot run on the standard asked for (args[0] says why)."""
+_MCS_PREFIX = {"n": "HtMcs", "ac": "VhtMcs", "ax": "HeMcs"}
+# The lowest data rate (Mbit/s): ERP-OFDM 6, HT20 MCS 0 short GI 7.2, VHT80 MCS 0 29.3, HE80 MCS 0 at
+# ns-3's default GI (3.2 µs) 30.6
+LOWEST_MBPS = {"g": 6.0, "n": 7.2, "ac": 29.25, "ax": 30.6}
+# ERP-OFDM rate -> the HT/VHT/HE MCS of the same modulation and coding (24 Mbit/s: 16-QAM 1/2, MCS 3)
+_ERP_MCS = {6: 0, 9: 0, 12: 1, 18: 2, 24: 3, 36: 4, 48: 5, 54: 6}
+_MCS_ERP = {0: 6, 1: 12, 2: 18, 3: 24, 4: 36, 5: 48, 6: 54, 7: 54}
+
+
+def _mode_for(mode: str | None, std: str) -> str | None:
+    """Return the ns-3 WifiMode on `std` with the modulation and coding of `mode` (None stays None)."""
+    if mode is None:
+        return None
+    if mode.startswith(("ErpOfdmRate", "OfdmRate")):
+        mbps = int(mode.split("Rate")[1].removesuffix("Mbps"))
+        mcs = _ERP_MCS.get(mbps, 0)
+    else:
+        mcs = int(mode.split("Mcs")[1])
+    if std == "g":
+        return f"ErpOfdmRate{_MCS_ERP[min(mcs, 7)]}Mbps"
+    return f"{_MCS_PREFIX[std]}{min(mcs, 7)}"
+
+
+def for_standard(sc: Scenario, std: str) -> Scenario:
+    """Return `sc` moved to standard `std`: stations at the distances that keep their SNR (the
+    hidden node's victims stay, see below), rate manager and constant modes of the same kind."""
+    from xlayer.testbeds.sim.world import distance_scale  # noqa: PLC0415 - plain math, no ns-3
+
+    if sc.frag_threshold is not None and std != "g":
+        # ns-3 3.44 asserts in WifiMacQueue ("currentItem->IsQueued()") half a second in, even with
+        # BE_MaxAmpduSize and BE_MaxAmsduSize 0 (tried): fragmentation runs on 802.11g only
+        raise UnsupportedStandard(f"scenario {sc.name or 'random'!r} fragments MSDUs, which ns-3 3.44 cannot "
+                                  f"simulate on 802.11{std} (it aborts in its MAC queue): 802.11g only")
+    f = distance_scale(sc.standard, std, sc.path_loss_exponent)
+    # A hidden node's victim keeps its distance: the interferer, as loud there as the AP, must stay
+    # below the AP's preamble detection, which the 5 GHz reference loss only makes easier; the
+    # victim's own link at 15-20 m keeps 18 dB of SNR or more at 80 MHz.
+    victims = {it.near for it in sc.interferers}
+    stations = [Station(st.name, st.x if st.name in victims else round(st.x * f, 3),
+                        st.y if st.name in victims else round(st.y * f, 3), st.walk_at_s, st.speed_mps,
+                        list(st.deaf)) for st in sc.stations]
+    if sc.rate_manager == "constant":
+        rm = "constant"
+    elif std == "g":
+        rm = "minstrel"
+    elif std == "ax":
+        rm = "ideal"          # ns-3 3.44's MinstrelHt aborts on HE ("does not support HE rates")
+    else:
+        rm = "minstrel_ht"
+    data = _mode_for(sc.data_mode, std)
+    control = sc.control_mode if std == "g" else None
+    if sc.control_mode is not None and std != "g":
+        control = "OfdmRate24Mbps"   # non-HT control responses at 5 GHz (no ERP there)
+    elif sc.control_mode is not None:
+        control = _mode_for(sc.control_mode, "g")
+    # An unresponsive UDP stream overflows the AP queue only if it offers more than its (far) station's
+    # lowest rate carries: 6 Mbit/s on g, about 5 times that at 80 MHz; scale the offered rate alike.
+    k = LOWEST_MBPS[std] / LOWEST_MBPS[sc.standard]
+    flows = [replace(fl, rate_bps=int(round(fl.rate_bps * k))) if fl.proto == "udp" and fl.rate_bps else fl
+             for fl in sc.flows]
+    return replace(sc, standard=std, stations=stations, flows=flows, rate_manager=rm, data_mode=data,
+                   control_mode=control)
 
 
 def list_scenarios() -> list[tuple[str, str]]:

@@ -598,8 +598,8 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
         "parameters": sc.physical(),
         "topology": {
             **nodes,
-            "standard": "802.11g" if sc.standard == "g" else "802.11n",
-            "channel": 1 if sc.standard == "g" else 36,
+            "standard": f"802.11{sc.standard}",
+            "channel": _channel(sc),
             "path": _path_text(sc),
             "ap_queue": f"the AP's WifiMacQueue ({sc.queue_packets} packets; flow control off, no qdisc above it)",
             "client_capture_station": client_station,
@@ -735,11 +735,16 @@ def _mac_stats(sc: Scenario, data_tx: pl.DataFrame, tx: pl.DataFrame, ap_node: i
     return out
 
 
+def _channel(sc: Scenario) -> int:
+    """Return the BSS's channel number: 1 (2.4 GHz), 36 (HT20) or 42 (the 80 MHz channel over 36-48)."""
+    return {"g": 1, "n": 36}.get(sc.standard, 42)
+
+
 def write_bundle(sc: Scenario, seed: int, truth: dict, out: Path, summaries: dict, result: dict) -> None:
     """Write bundle.json: the captures, each with its own clock (the truth is only in truth.json)."""
     from xlayer.bundle.manifest import Bundle, CaptureEntry, utc_now, write_manifest  # noqa: PLC0415
 
-    chan = 1 if sc.standard == "g" else 36
+    chan = _channel(sc)
     # Headers only: the payload bytes say nothing an analyzer uses, and they would be most of the file.
     cut = (f"snaplen {sc.snaplen_wired} (Ethernet, IPv4 and TCP headers with options; payload cut, "
            "wire length kept)")
@@ -779,7 +784,7 @@ def write_bundle(sc: Scenario, seed: int, truth: dict, out: Path, summaries: dic
             entry("tcp", "tcp_state", "server", "the server's TCP sockets sampled every 50 ms from ns-3's "
                   "socket state (tcp_info field names and units)", interval_s=sc.sample_interval_s),
         ],
-        tags={"sim": sc.name, "access": "802.11g" if sc.standard == "g" else "802.11n",
+        tags={"sim": sc.name, "access": f"802.11{sc.standard}",
               "transport": "+".join(sorted({f.proto for f in sc.flows})), "seed": str(seed),
               "seconds": f"{sc.seconds:g}", "simulator": "ns-3 3.44", "ssid": sc.ssid},
         created=utc_now(), host="ns-3 simulation",

@@ -57,11 +57,34 @@ def wired_link(ns, server, ap, delay_ms: float | None = None) -> tuple:
 AP_TX_DBM = 16.0206   # YansWifiPhy's default TxPowerStart/End (every device but the interferers)
 DETECT_DBM = -90.0    # preamble detection: 4 dB above the -94 dBm noise floor (20 MHz, 7 dB NF)
 
+# Per standard: ns-3 standard, ChannelSettings (channel 0: ns-3's default 80 MHz channel, 42, whose
+# primary 20 MHz is channel 36), channel width (MHz) and free-space loss at 1 m (dB).
+STANDARDS = ("g", "n", "ac", "ax")
+CHANNEL = {"g": "{1, 20, BAND_2_4GHZ, 0}", "n": "{36, 20, BAND_5GHZ, 0}",
+           "ac": "{0, 80, BAND_5GHZ, 0}", "ax": "{0, 80, BAND_5GHZ, 0}"}
+WIDTH_MHZ = {"g": 20, "n": 20, "ac": 80, "ax": 80}
+REF_LOSS_DB = {"g": 40.05, "n": 46.6777, "ac": 46.6777, "ax": 46.6777}
+
 
 def path_loss_db(sc: dict, d: float) -> float:
     """Return the channel's log-distance loss (dB) over `d` metres (no fading; 1 m at least)."""
-    ref = 40.05 if sc["standard"] == "g" else 46.6777
-    return ref + 10.0 * sc["path_loss_exponent"] * math.log10(max(d, 1.0))
+    return REF_LOSS_DB[sc["standard"]] + 10.0 * sc["path_loss_exponent"] * math.log10(max(d, 1.0))
+
+
+def distance_scale(std_from: str, std_to: str, exponent: float, *, same_width: bool = False) -> float:
+    """Return the factor that keeps a link's SNR when a scenario written for `std_from` runs on
+    `std_to` (path-loss exponent `exponent`); `same_width`: for 20 MHz frames (beacons) only."""
+    # SNR = AP_TX_DBM - path_loss_db(d) - noise.  path_loss_db differs between the standards by the
+    # reference loss at 1 m (2.4 vs 5 GHz: 6.63 dB), and Yans's thermal noise grows with the channel
+    # width (-174 dBm/Hz + 10 log10(width) + 7 dB noise figure: 80 MHz is 6.02 dB above 20 MHz) while
+    # the receive sensitivity per MCS (the SNR the error model needs) stays.  Equal SNR: the extra dB
+    # must come out of 10 * exponent * log10(d), so d scales by 10 ** (-extra / (10 * exponent)).
+    # g -> ac at exponent 3: 12.65 dB, x0.379 (120 m -> 45 m); n -> ac: 6.02 dB, x0.63; exponent 4
+    # (the walks): x0.483 and x0.707.  Non-HT frames (beacons, control responses) stay 20 MHz wide.
+    extra = REF_LOSS_DB[std_to] - REF_LOSS_DB[std_from]
+    if not same_width:
+        extra += 10.0 * math.log10(WIDTH_MHZ[std_to] / WIDTH_MHZ[std_from])
+    return 10.0 ** (-extra / (10.0 * exponent))
 
 
 def interferer_geometry(sc: dict, it: dict) -> dict:
@@ -84,21 +107,23 @@ def interferer_geometry(sc: dict, it: dict) -> dict:
 
 
 def _interferer(ns, x, sc: dict, it: dict, index: int, chan, keep: list) -> dict:
-    """Build hidden node `it` (an ad hoc 802.11g pair on the shared channel) and schedule its burst;
-    return what the truth says about it."""
+    """Build hidden node `it` (an ad hoc 802.11g pair on the shared channel; 802.11a on the BSS's
+    primary 20 MHz, channel 36, at 5 GHz) and schedule its burst; return what the truth says about it."""
     geo = interferer_geometry(sc, it)
+    g = sc["standard"] == "g"
     nodes = ns.NodeContainer()
     nodes.Create(2)
     phy = ns.YansWifiPhyHelper()
     phy.SetChannel(chan)
-    phy.Set("ChannelSettings", ns.StringValue("{1, 20, BAND_2_4GHZ, 0}"))
+    phy.Set("ChannelSettings", ns.StringValue("{1, 20, BAND_2_4GHZ, 0}" if g else "{36, 20, BAND_5GHZ, 0}"))
     phy.Set("TxPowerStart", ns.DoubleValue(geo["tx_power_dbm"]))
     phy.Set("TxPowerEnd", ns.DoubleValue(geo["tx_power_dbm"]))
     wifi = ns.WifiHelper()
-    wifi.SetStandard(ns.WIFI_STANDARD_80211g)
+    wifi.SetStandard(ns.WIFI_STANDARD_80211g if g else ns.WIFI_STANDARD_80211a)
     broadcast = it["rate_manager"] == "constant"
     if broadcast:
-        mode = ns.StringValue(it["data_mode"])
+        # the scenario names ERP-OFDM modes; 802.11a has the same OFDM rates without the "Erp"
+        mode = ns.StringValue(it["data_mode"] if g else it["data_mode"].replace("ErpOfdm", "Ofdm"))
         wifi.SetRemoteStationManager("ns3::ConstantRateWifiManager", "DataMode", mode, "ControlMode", mode,
                                      "NonUnicastMode", mode)
     else:
@@ -178,13 +203,14 @@ def simulate(job: dict) -> dict:
     keep += [csma, wired_nodes, wired_devs]
 
     # --- wireless ---
-    g = sc["standard"] == "g"
+    std = sc["standard"]
+    g = std == "g"
     channel = ns.YansWifiChannelHelper()
     channel.SetPropagationDelay("ns3::ConstantSpeedPropagationDelayModel")
     # Free-space loss at 1 m: 40.05 dB at 2.412 GHz, 46.68 dB at 5.18 GHz; log-distance beyond.
     channel.AddPropagationLoss("ns3::LogDistancePropagationLossModel",
                                "Exponent", ns.DoubleValue(sc["path_loss_exponent"]),
-                               "ReferenceLoss", ns.DoubleValue(40.05 if g else 46.6777))
+                               "ReferenceLoss", ns.DoubleValue(REF_LOSS_DB[std]))
     if sc["fading_m"] > 0:
         m = ns.DoubleValue(sc["fading_m"])
         channel.AddPropagationLoss("ns3::NakagamiPropagationLossModel", "m0", m, "m1", m, "m2", m)
@@ -192,13 +218,17 @@ def simulate(job: dict) -> dict:
     chan = channel.Create()
     keep.append(chan)
     phy.SetChannel(chan)
-    phy.Set("ChannelSettings", ns.StringValue("{1, 20, BAND_2_4GHZ, 0}" if g else "{36, 20, BAND_5GHZ, 0}"))
+    phy.Set("ChannelSettings", ns.StringValue(CHANNEL[std]))
     wifi = ns.WifiHelper()
-    wifi.SetStandard(ns.WIFI_STANDARD_80211g if g else ns.WIFI_STANDARD_80211n)
+    # ac/ax: A-MPDU (BE_MaxAmpduSize) and Block Ack stay ns-3's defaults, as for n.
+    wifi.SetStandard({"g": ns.WIFI_STANDARD_80211g, "n": ns.WIFI_STANDARD_80211n,
+                      "ac": ns.WIFI_STANDARD_80211ac, "ax": ns.WIFI_STANDARD_80211ax}[std])
     wifi.SetRemoteStationManager({"minstrel": "ns3::MinstrelWifiManager",
                                   "minstrel_ht": "ns3::MinstrelHtWifiManager",
+                                  "ideal": "ns3::IdealWifiManager",
                                   "constant": "ns3::ConstantRateWifiManager"}[sc["rate_manager"]])
     if not g:
+        # HT and VHT short GI (HE's GI is HeConfiguration's: ns-3's default 3.2 us)
         wifi.ConfigHtOptions("ShortGuardIntervalSupported", ns.BooleanValue(True))
     # No traffic-control queue above the Wi-Fi device: the AP's WifiMacQueue is the AP queue.
     wifi.DisableFlowControl()

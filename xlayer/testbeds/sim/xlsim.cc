@@ -552,6 +552,46 @@ BuildRadiotap(RadiotapHeader& h,
         }
         h.SetAmpduStatus(a);
     }
+    // VHT and HE fields as ns-3's own WifiPhyHelper writes them (presence order: after A-MPDU status).
+    if (modClass == WIFI_MOD_CLASS_VHT)
+    {
+        RadiotapHeader::VhtFields vf{};
+        vf.known = RadiotapHeader::VHT_KNOWN_STBC | RadiotapHeader::VHT_KNOWN_GUARD_INTERVAL |
+                   RadiotapHeader::VHT_KNOWN_BANDWIDTH;
+        if (v.IsStbc())
+        {
+            vf.flags |= RadiotapHeader::VHT_FLAGS_STBC;
+        }
+        if (gi.GetNanoSeconds() == 400)
+        {
+            vf.flags |= RadiotapHeader::VHT_FLAGS_GUARD_INTERVAL;
+        }
+        vf.bandwidth = width == 40 ? 1 : width == 80 ? 4 : width == 160 ? 11 : 0;
+        vf.mcsNss.at(0) = static_cast<uint8_t>((v.GetNss(staId) & 0x0f) |
+                                                ((v.GetMode(staId).GetMcsValue() << 4) & 0xf0));
+        h.SetVhtFields(vf);
+    }
+    if (modClass == WIFI_MOD_CLASS_HE)
+    {
+        RadiotapHeader::HeFields hf{};
+        hf.data1 = RadiotapHeader::HE_DATA1_DATA_MCS_KNOWN | RadiotapHeader::HE_DATA1_BW_RU_ALLOC_KNOWN;
+        hf.data2 = RadiotapHeader::HE_DATA2_GI_KNOWN;
+        hf.data3 = static_cast<uint16_t>((v.GetMode(staId).GetMcsValue() << 8) & RadiotapHeader::HE_DATA3_DATA_MCS);
+        hf.data5 = width == 40    ? RadiotapHeader::HE_DATA5_DATA_BW_RU_ALLOC_40MHZ
+                   : width == 80  ? RadiotapHeader::HE_DATA5_DATA_BW_RU_ALLOC_80MHZ
+                   : width == 160 ? RadiotapHeader::HE_DATA5_DATA_BW_RU_ALLOC_160MHZ
+                                  : 0;
+        if (gi.GetNanoSeconds() == 1600)
+        {
+            hf.data5 |= RadiotapHeader::HE_DATA5_GI_1_6;
+        }
+        else if (gi.GetNanoSeconds() == 3200)
+        {
+            hf.data5 |= RadiotapHeader::HE_DATA5_GI_3_2;
+        }
+        hf.data6 = static_cast<uint16_t>(v.GetNss(staId) & 0x0f);   // NSTS (no STBC)
+        h.SetHeFields(hf);
+    }
 }
 
 static void
