@@ -57,6 +57,16 @@ def test_drop_detection_on_a_known_series() -> None:
     assert find_drops(_series(list(10e6 * (1 + 0.3 * rng.uniform(-1, 1, 200)))), cfg).height == 0
 
 
+def test_a_flow_starved_from_within_its_warm_up_drops_from_the_warm_up_level() -> None:
+    # 1.5 s of warm-up at 2 Mbit/s, then nothing delivered for 4 s while the sender keeps trying (a hidden
+    # node's collisions, the RTO backing off): a drop from the level it had, not a flow without a baseline
+    vals = [2e6] * 15 + [0.0] * 40 + [1e5]
+    d = find_drops(_series(vals), DropConfig(warmup_s=1.5))
+    assert d.height == 1 and d["start_ns"][0] == 15 * 100_000_000 and d["baseline_bps"][0] == pytest.approx(2e6)
+    # a flow that never delivered anything has no level to fall from
+    assert find_drops(_series([0.0] * 56), DropConfig(warmup_s=1.5)).height == 0
+
+
 def test_windows_merge_across_flows() -> None:
     d = pl.DataFrame({"flow": ["a", "b", "c"], "start_ns": [0, 50, 5_000], "end_ns": [100, 300, 6_000],
                       "baseline_bps": [1.0] * 3, "mean_bps": [0.1] * 3})

@@ -177,6 +177,10 @@ def find_drops(g: pl.DataFrame, cfg: DropConfig, span: tuple[int, int] | None = 
             continue
         base = float(np.quantile(y[inside], cfg.baseline_quantile))
         if base <= 0:
+            # nothing delivered after the warm-up although packets went on (a flow starved from within
+            # its slow start on): the level it fell from is the warm-up's
+            base = float(np.quantile(y, cfg.baseline_quantile))
+        if base <= 0:
             continue
         low = (y < cfg.threshold * base) & inside
         # Close short gaps between low runs: one drop, not several.
