@@ -25,7 +25,7 @@ from xlayer.metrics.schema import REGISTRY
 SAMPLE = REPO / "samples" / "lab-baseline"
 # Every `ns` column that is a length of time, not an instant: a new column must be put on one side.
 DURATIONS = {"access_ns", "air_ns", "airtime_ns", "ap_ns", "bin_ns", "data_airtime_ns", "extent_ns",
-             "fragments_ns", "ipdv_ns", "jitter_ns", "owd_ns", "queue_ns", "queue_retry_ns", "retry_ns",
+             "fragments_ns", "gap_ns", "ipdv_ns", "jitter_ns", "owd_ns", "queue_ns", "queue_retry_ns", "retry_ns",
              "rto_estimate_ns", "rtt_ns", "service_ns", "silence_ns", "sojourn_ns", "wired_ns"}
 
 

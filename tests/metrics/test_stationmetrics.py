@@ -212,11 +212,14 @@ def test_bssid_change_and_empty():
     rows += [(6 + i, 10_000_000 + 1_000_000 * i, 2, 0, sta, ap2, ap2, False, True, i, False, 54.0) for i in range(5)]
     t = station_tables(_frames(rows), "x.pcap")
     ev = t["mgmt_events"]
-    assert ev.rows() == [("x.pcap", 6, 10_000_000, sta, ap2, "up", "bssid_change", None, None, ap1)]
-    st = t["stations"].row(0, named=True)
-    assert (st["station"], st["frames_down"], st["frames_up"], st["data_mpdus"]) == (sta, 5, 5, 10)
+    assert ev.rows() == [("x.pcap", 6, 10_000_000, sta, ap2, "up", "bssid_change", None, None, ap1, 5, 6_000_000)]
+    # one row per BSS (issue 14 item 4)
+    st1, st2 = t["stations"].rows(named=True)
+    assert [(r["station"], r["bssid"], r["frames_down"], r["frames_up"], r["data_mpdus"]) for r in (st1, st2)] == [
+        (sta, ap1, 5, 0, 5), (sta, ap2, 0, 5, 5)]
     # ACK-less unicast data never retried: not failed; rates per direction.
-    assert st["failed_mpdus"] == 0 and st["rate_mean_down_mbps"] == 24.0 and st["rate_mean_up_mbps"] == 54.0
+    assert st1["failed_mpdus"] == st2["failed_mpdus"] == 0
+    assert st1["rate_mean_down_mbps"] == 24.0 and st2["rate_mean_up_mbps"] == 54.0
     empty = station_tables(parsers.schema.empty_frame(), "e.pcap")
     assert set(empty) == set(TABLES) and all(df.height == 0 for df in empty.values())
     assert empty["mgmt_events"].columns == [c.name for c in MGMT]

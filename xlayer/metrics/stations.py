@@ -46,7 +46,20 @@ dropped before the changes between the remaining runs are listed.
 
 **Events.** Association, reassociation, authentication, disassociation and deauthentication frames
 (good FCS) with their reason and status codes, and ``bssid_change``: a station's data frames move
-from one AP address to another.
+from one AP address to another (``gap_ns``: the time without data between its last data frame with the
+old AP, ``prev_frame``, and its first with the new one).
+
+**Several BSSs.** A station has one ``stations`` row per BSS it belongs to in a capture: an AP it
+exchanged data or (re)association, authentication, disassociation or deauthentication frames with.
+A data, control or such management frame counts in the row of its AP when the station belongs to
+that BSS; any other frame (a probe response while it scans, a frame with an AP whose BSS it is not in)
+and a CTS-to-self it sent count in the row of the BSS of its nearest earlier frame that made it a
+member (the next one if none is earlier),
+and a station that belongs to no BSS has one row, for the AP it exchanged most frames with.  On a
+one-BSS capture each station has one row, as before this split; summed over a station's rows, its
+counts and airtimes are those of the station.  ``station_series`` keeps one row per station and bin;
+its ``bssid`` is the BSS of most of the station's data frames in the bin (of most of its frames
+without data; ties: the later BSS).
 """
 from __future__ import annotations
 
@@ -78,12 +91,14 @@ FAIL_MIN_ATTEMPTS = 6
 
 MGMT_EVENTS = {0: "assoc_req", 1: "assoc_resp", 2: "reassoc_req", 3: "reassoc_resp", 10: "disassoc", 11: "auth",
                12: "deauth"}
+# A station belongs to the BSS of an AP it exchanged data or one of these management frames with.
 
 _C = Column
 STATIONS = register("stations", (
     _C("capture_file", pl.Utf8, "", "air capture"),
     _C("station", pl.Utf8, "", "the station's 802.11 address"),
-    _C("bssid", pl.Utf8, "", "AP address of most of its data frames (of any frame if it sent no data)"),
+    _C("bssid", pl.Utf8, "", "the BSS (AP address) this row counts: one row per BSS the station exchanged data or "
+       "(re)association/authentication frames with (module docstring)"),
     _C("first_ts_ns", pl.Int64, "ns", "first frame concerning the station, reference clock"),
     _C("last_ts_ns", pl.Int64, "ns", "last frame concerning the station, reference clock"),
     _C("frames_down", pl.Int64, "", "good-FCS frames AP -> station (ACK/CTS included)"),
@@ -127,6 +142,8 @@ STATION_SERIES = register("station_series", (
     _C("capture_file", pl.Utf8, "", "air capture"),
     _C("station", pl.Utf8, "", "the station's 802.11 address"),
     _C("bin_start_ns", pl.Int64, "ns", "start of the time bin (the timeline's bin_ns), reference clock"),
+    _C("bssid", pl.Utf8, "", "the BSS of most of the station's data frames in the bin (of its frames without data; "
+       "ties: the later one)"),
     _C("frames", pl.Int64, "", "good-FCS frames concerning the station, both directions"),
     _C("data_frames", pl.Int64, "", "data frame transmissions, both directions"),
     _C("phy_rate_mbps", pl.Float64, "Mbit/s", "mean PHY rate of data transmissions AP -> station"),
@@ -159,6 +176,8 @@ MGMT = register("mgmt_events", (
     _C("reason", pl.UInt16, "", "reason code (disassoc, deauth)"),
     _C("status", pl.UInt16, "", "status code (auth, assoc/reassoc responses)"),
     _C("prev_bssid", pl.Utf8, "", "bssid_change: the AP address before"),
+    _C("prev_frame", pl.Int64, "", "bssid_change: the station's last data frame with prev_bssid"),
+    _C("gap_ns", pl.Int64, "ns", "bssid_change: time without data, from prev_frame to this frame"),
 ), "one (de)association/authentication frame or BSSID change of a station in an air capture")
 
 TABLES = {"stations": STATIONS, "station_series": STATION_SERIES, "rate_changes": RATE_CHANGES,
@@ -274,6 +293,40 @@ def _prepare(packets: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
                           ).drop("ta_e"), macs
 
 
+def _with_bss(d: pl.DataFrame) -> pl.DataFrame:
+    """Return `_prepare`d records with ``bss``: the BSS (AP code) whose station row counts the record, null
+    for records concerning no station (module docstring, "Several BSSs")."""
+    member = (~pl.col("bad") & pl.col("station").is_not_null()
+              & ((pl.col("type") == 2) | ((pl.col("type") == 0) & pl.col("sub").is_in(list(MGMT_EVENTS)))))
+    who = pl.coalesce("station", pl.when(pl.col("cts_self") & ~pl.col("bad")).then(pl.col("ra")))
+    # probe responses and other management frames say nothing of the BSS it is in: counted where it is then
+    scan = (pl.col("type") == 0) & ~pl.col("sub").is_in(list(MGMT_EVENTS))
+    own = d.select("_i", "ts_ns", "ap", who.alias("who"), member.alias("member"), scan.alias("scan")).filter(
+        pl.col("who").is_not_null())
+    seen = own.filter(pl.col("member")).select(pl.col("ts_ns").alias("m_ts"), "who", pl.col("ap").alias("m_ap"))
+    pairs = seen.select("who", pl.col("m_ap").alias("ap"), pl.lit(True).alias("in_bss")).unique()
+    own = own.join(pairs, on=["who", "ap"], how="left").with_columns(
+        pl.when(~pl.col("scan")).then(pl.col("in_bss")).alias("in_bss"))
+    bss = own.filter(pl.col("in_bss").is_not_null()).select("_i", pl.col("ap").alias("bss"))
+    rest = own.filter(pl.col("in_bss").is_null()).sort("ts_ns")
+    if rest.height:
+        bss = pl.concat([bss, _borrowed_bss(own, rest, seen.sort("m_ts"))])
+    return d.join(bss, on="_i", how="left", maintain_order="left")
+
+
+def _borrowed_bss(own: pl.DataFrame, rest: pl.DataFrame, seen: pl.DataFrame) -> pl.DataFrame:
+    """Return {_i, bss} of the records `rest` whose AP is no BSS of their station: the BSS of its nearest
+    earlier member record (`seen`), else the next one, else the AP of most of its records (`own`)."""
+    near = [rest.join_asof(seen, left_on="ts_ns", right_on="m_ts", by="who", strategy=how,
+                           check_sortedness=False).get_column("m_ap").alias(how) for how in ("backward", "forward")]
+    # ties broken by the lowest address, so that the tables do not depend on hashing order
+    most = (own.filter(pl.col("ap").is_not_null()).group_by("who", "ap").len()
+            .sort(["who", "len", "ap"], descending=[False, True, False]).unique("who", keep="first")
+            .select("who", pl.col("ap").alias("most")))
+    return (rest.with_columns(*near).join(most, on="who", how="left")
+            .select("_i", pl.coalesce("backward", "forward", "most").cast(pl.UInt32).alias("bss")))
+
+
 def _confirmed(d: pl.DataFrame, data: pl.DataFrame) -> pl.Series:
     """Return, per row of `data` (good data frames of `d`), whether an ACK or a Block Ack confirmed it."""
     # ACK: the first record after the transmission's PPDU.
@@ -305,7 +358,7 @@ def _data(d: pl.DataFrame) -> pl.DataFrame:
     """Return the good data frames concerning a station, with MPDU identity (unwrapped seq) and confirmation."""
     data = d.filter(~pl.col("bad") & (pl.col("type") == 2) & pl.col("station").is_not_null()).select(
         "_i", "frame", "ts_ns", "ppdu", "ta", "ra", "tid", "seq", "frag", "retry", "rate", "air_ns", "station", "ap",
-        "direction")
+        "bss", "direction")
     space = ["ta", "ra", "tid"]
     step = ((pl.col("seq").cast(pl.Int64).diff().fill_null(0) + 2048) % 4096 - 2048)
     data = data.with_columns((pl.col("seq").first().cast(pl.Int64) + step.cum_sum()).over(space).alias("useq"))
@@ -314,7 +367,7 @@ def _data(d: pl.DataFrame) -> pl.DataFrame:
 
 def _failed(data: pl.DataFrame) -> pl.DataFrame:
     """Return one row per data MPDU: station, direction, attempts, and whether it failed after the retry limit."""
-    key = ["station", "direction", "ta", "ra", "tid", "useq", "frag"]
+    key = ["station", "bss", "direction", "ta", "ra", "tid", "useq", "frag"]
     return data.group_by(key).agg(
         pl.len().alias("attempts"), pl.col("acked").any().alias("acked"),
         pl.col("retry").last().alias("last_retry"), pl.col("frame").last().alias("last_frame"),
@@ -324,27 +377,28 @@ def _failed(data: pl.DataFrame) -> pl.DataFrame:
 
 
 def _stations(d: pl.DataFrame, data: pl.DataFrame, capture_file: str) -> pl.DataFrame:
+    """Return one row per station and BSS it belongs to (module docstring), AP and station as codes."""
+    key = ["station", "bss"]
     att = d.filter(pl.col("station").is_not_null()).select(
-        "station", "ts_ns", "air_ns", "bad", "direction", "signal", "noise", "type", "sub", "ap")
+        "station", "bss", "ts_ns", "air_ns", "bad", "direction", "signal", "noise", "type", "sub")
     good = att.filter(~pl.col("bad"))
     total_air = int(d.get_column("air_ns").sum() or 0)
     down, up = pl.col("direction") == "down", pl.col("direction") == "up"
-    base = att.group_by("station").agg(
+    base = att.group_by(key).agg(
         pl.col("ts_ns").min().alias("first_ts_ns"), pl.col("ts_ns").max().alias("last_ts_ns"),
         pl.col("air_ns").sum().alias("airtime_ns"),
         pl.col("bad").sum().cast(pl.Int64).alias("fcs_bad"))
-    g = good.group_by("station").agg(
+    g = good.group_by(key).agg(
         down.sum().cast(pl.Int64).alias("frames_down"), up.sum().cast(pl.Int64).alias("frames_up"),
         pl.col("signal").filter(up).median().alias("signal_dbm_median"),
         pl.col("noise").filter(up).median().alias("noise_dbm_median"),
         ((pl.col("type") == 1) & (pl.col("sub") == 11)).sum().cast(pl.Int64).alias("rts"),
-        ((pl.col("type") == 1) & (pl.col("sub") == 12)).sum().cast(pl.Int64).alias("cts"),
-        pl.col("ap").mode().first().alias("ap_any"))
+        ((pl.col("type") == 1) & (pl.col("sub") == 12)).sum().cast(pl.Int64).alias("cts"))
     del att, good
     # CTS-to-self frames a station sent: its RA is the station (the rows concern no station)
-    c2s = (d.filter(pl.col("cts_self") & ~pl.col("bad")).group_by(pl.col("ra").alias("station"))
+    c2s = (d.filter(pl.col("cts_self") & ~pl.col("bad")).group_by(pl.col("ra").alias("station"), "bss")
            .agg(pl.len().cast(pl.Int64).alias("cts_to_self")))
-    dd = data.group_by("station").agg(
+    dd = data.group_by(key).agg(
         pl.len().cast(pl.Int64).alias("data_frames"), pl.col("retry").sum().cast(pl.Int64).alias("retries"),
         pl.col("retry").filter(down).mean().alias("retry_fraction_down"),
         pl.col("retry").filter(up).mean().alias("retry_fraction_up"),
@@ -352,29 +406,27 @@ def _stations(d: pl.DataFrame, data: pl.DataFrame, capture_file: str) -> pl.Data
         pl.col("rate").filter(down).median().alias("rate_median_down_mbps"),
         pl.col("rate").filter(up).mean().alias("rate_mean_up_mbps"),
         pl.col("rate").filter(up).median().alias("rate_median_up_mbps"),
-        pl.col("air_ns").sum().alias("data_airtime_ns"),
-        pl.col("ap").mode().first().alias("ap_data"))
+        pl.col("air_ns").sum().alias("data_airtime_ns"))
     single = (pl.col("attempts") == 1) & ~pl.col("first_retry")
-    mp = _failed(data).group_by("station").agg(
+    mp = _failed(data).group_by(key).agg(
         pl.len().cast(pl.Int64).alias("data_mpdus"), pl.col("failed").sum().cast(pl.Int64).alias("failed_mpdus"),
         pl.col("failed").filter(pl.col("direction") == "down").sum().cast(pl.Int64).alias("failed_mpdus_down"),
         pl.col("first_retry").sum().cast(pl.Int64).alias("unseen_tx_min"),
         (~pl.col("acked")).filter(single).mean().alias("ack_miss_fraction"))
-    msdu = (data.group_by("station", "direction", "ta", "ra", "tid", "useq").agg((pl.col("frag").max() + 1).alias("n"))
-            .group_by("station").agg(pl.col("n").filter(pl.col("direction") == "down").mean()
-                                     .alias("fragments_per_msdu_down"),
-                                     pl.col("n").filter(pl.col("direction") == "up").mean()
-                                     .alias("fragments_per_msdu_up")))
-    out = (base.join(g, on="station", how="left").join(dd, on="station", how="left")
-           .join(mp, on="station", how="left").join(msdu, on="station", how="left")
-           .join(c2s, on="station", how="left"))
+    msdu = (data.group_by(*key, "direction", "ta", "ra", "tid", "useq").agg((pl.col("frag").max() + 1).alias("n"))
+            .group_by(key).agg(pl.col("n").filter(pl.col("direction") == "down").mean()
+                               .alias("fragments_per_msdu_down"),
+                               pl.col("n").filter(pl.col("direction") == "up").mean()
+                               .alias("fragments_per_msdu_up")))
+    out = base
+    for t in (g, dd, mp, msdu, c2s):
+        out = out.join(t, on=key, how="left")
     zero = ["frames_down", "frames_up", "data_frames", "retries", "data_mpdus", "failed_mpdus", "failed_mpdus_down",
             "unseen_tx_min", "rts", "cts", "cts_to_self", "data_airtime_ns"]
     out = out.with_columns(pl.col(c).fill_null(0) for c in zero)
     data_total = out.get_column("data_airtime_ns").sum()
     return out.with_columns(
         pl.lit(capture_file).alias("capture_file"),
-        pl.coalesce("ap_data", "ap_any").alias("bssid"),
         _fraction(pl.col("retries"), pl.col("data_frames")).alias("retry_fraction"),
         (pl.col("airtime_ns") / total_air if total_air else pl.lit(None, pl.Float64)).alias("airtime_share"),
         (pl.col("data_airtime_ns") / data_total if data_total else pl.lit(None, pl.Float64))
@@ -382,7 +434,7 @@ def _stations(d: pl.DataFrame, data: pl.DataFrame, capture_file: str) -> pl.Data
         _fraction(pl.col("fcs_bad"), pl.col("frames_down") + pl.col("frames_up") + pl.col("fcs_bad"))
         .alias("fcs_bad_rate"),
         _fraction(pl.col("rts"), pl.col("data_frames")).alias("rts_ratio"),
-    ).drop("ap_data", "ap_any").sort("station")
+    ).rename({"bss": "bssid"}).sort("station", "first_ts_ns", "bssid")
 
 
 def _fraction(num: pl.Expr, den: pl.Expr) -> pl.Expr:
@@ -391,8 +443,8 @@ def _fraction(num: pl.Expr, den: pl.Expr) -> pl.Expr:
 
 
 def _series(d: pl.DataFrame, capture_file: str, bin_ns: int) -> pl.DataFrame:
-    d = d.select((pl.col("ts_ns") // bin_ns * bin_ns).alias("bin_start_ns"), "station", "air_ns", "bad", "type",
-                 "direction", "rate", "retry", "signal", "noise")
+    d = d.select((pl.col("ts_ns") // bin_ns * bin_ns).alias("bin_start_ns"), "ts_ns", "station", "bss", "air_ns", "bad",
+                 "type", "direction", "rate", "retry", "signal", "noise")
     total = d.group_by("bin_start_ns").agg(pl.col("air_ns").sum().alias("_all"))
     att = d.filter(pl.col("station").is_not_null())
     ok = ~pl.col("bad")
@@ -407,10 +459,22 @@ def _series(d: pl.DataFrame, capture_file: str, bin_ns: int) -> pl.DataFrame:
         pl.col("signal").filter(up).median().alias("signal_dbm"),
         pl.col("noise").filter(up).median().alias("noise_dbm"),
         pl.col("bad").sum().cast(pl.Int64).alias("fcs_bad"))
-    s = s.join(total, on="bin_start_ns", how="left").with_columns(
+    s = s.join(total, on="bin_start_ns", how="left").join(_bin_bss(att), on=["station", "bin_start_ns"], how="left")
+    s = s.with_columns(
         pl.when(pl.col("_all") > 0).then(pl.col("airtime_ns") / pl.col("_all")).alias("airtime_share"),
         pl.lit(capture_file).alias("capture_file"))
     return s.drop("_all").sort("station", "bin_start_ns")
+
+
+def _bin_bss(att: pl.DataFrame) -> pl.DataFrame:
+    """Return {station, bin_start_ns, bssid}: the BSS of most of the station's good data frames in the bin
+    (of most of its good frames without data), ties going to the BSS of the later frame."""
+    ok = ~pl.col("bad")
+    per = att.filter(ok).group_by("station", "bin_start_ns", "bss").agg(
+        (pl.col("type") == 2).sum().alias("_data"), pl.len().alias("_n"), pl.col("ts_ns").max().alias("_last"))
+    return (per.sort(["station", "bin_start_ns", "_data", "_n", "_last"], descending=[False, False, True, True, True])
+            .unique(["station", "bin_start_ns"], keep="first").select("station", "bin_start_ns",
+                                                                       pl.col("bss").alias("bssid")))
 
 
 def _rate_changes(d: pl.DataFrame, data: pl.DataFrame, capture_file: str) -> pl.DataFrame:
@@ -444,11 +508,14 @@ def _mgmt(d: pl.DataFrame, data: pl.DataFrame, capture_file: str) -> pl.DataFram
         pl.col("sub").replace_strict(MGMT_EVENTS, return_dtype=pl.String).alias("event"),
         pl.when(pl.col("sub").is_in([10, 12])).then(pl.col("reason")).alias("reason"),
         pl.when(pl.col("sub").is_in([1, 3, 11])).then(pl.col("status")).alias("status"))
-    ch = (data.select("frame", "ts_ns", "station", "ap", "direction")
-          .with_columns(pl.col("ap").shift(1).over("station").alias("prev_bssid"))
+    # the data frame just before a station's first with a new AP is its last with the old one
+    prev = [pl.col(c).shift(1).over("station").alias(a) for c, a in (("ap", "prev_bssid"), ("frame", "prev_frame"),
+                                                                     ("ts_ns", "prev_ts"))]
+    ch = (data.select("frame", "ts_ns", "station", "ap", "direction").with_columns(prev)
           .filter(pl.col("prev_bssid").is_not_null() & (pl.col("ap") != pl.col("prev_bssid")))
           .select("frame", "ts_ns", "station", pl.col("ap").alias("bssid"), "direction",
-                  pl.lit("bssid_change").alias("event"), "prev_bssid"))
+                  pl.lit("bssid_change").alias("event"), "prev_bssid", "prev_frame",
+                  (pl.col("ts_ns") - pl.col("prev_ts")).alias("gap_ns")))
     out = pl.concat([ev, ch], how="diagonal_relaxed") if ch.height else ev
     return out.with_columns(pl.lit(capture_file).alias("capture_file")).sort("frame")
 
@@ -466,13 +533,14 @@ def station_tables(packets: pl.DataFrame, capture_file: str | None = None,
 
 def _tables_of(d: pl.DataFrame, macs: pl.Series, capture_file: str, bin_ns: int) -> dict[str, pl.DataFrame]:
     """Return `station_tables` from one air capture's `_prepare`d records and their MAC addresses."""
+    d = _with_bss(d)
     data = _data(d)
     stations = _decode(_stations(d, data, capture_file), macs, ("station", "bssid"))
     rate_changes = _decode(_rate_changes(d, data, capture_file), macs, ("station",))
     mgmt = _decode(_mgmt(d, data, capture_file), macs, ("station", "bssid", "prev_bssid"))
     # the data frames are no longer needed: free them before the series' working table
     del data
-    series = _decode(_series(d, capture_file, bin_ns), macs, ("station",))
+    series = _decode(_series(d, capture_file, bin_ns), macs, ("station", "bssid"))
     return {
         "stations": conform(stations, STATIONS),
         "station_series": conform(series, STATION_SERIES),

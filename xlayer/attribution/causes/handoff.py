@@ -1,7 +1,14 @@
-"""Handoff: a station left its AP (deauthentication, disassociation, a new BSSID, or a lost association).
+"""Handoff: a station left its AP (a roam to another AP, deauthentication, disassociation, or a lost association).
 
-Explicit evidence is a management frame (deauthentication or disassociation, with its reason code)
-or the station's data moving to another BSSID (`mgmt_events`).  A lost association sends nothing:
+A *roam*: the station's data frames (``attempts``, every air capture together), or a successful
+(re)association response (``mgmt_events``), move from BSSID A to BSSID B.  Its numbers: the time
+without data, from its last data frame with A to its first with B; the packets of its flows lost
+within `AROUND_NS` of that gap (the larger of the distinct TCP segments its flows retransmitted and
+its packets the join found dropped at the AP or unacknowledged on the air: one loss is often both;
+a packet that reached the AP's wired side inside the gap and never went on the air is one too: the
+join calls it ``unknown``, as no later packet of the station left that AP, and the roam says why);
+the (re)association and authentication frames with B in the gap, as evidence.  Other explicit
+evidence is a management frame (deauthentication or disassociation, with its reason code).  A lost association sends nothing:
 the station falls silent (no frame from it at the sniffer, not even an ACK) while the AP keeps
 sending it data that nobody acknowledges.  Either way the station's flows stop; the window runs from
 the event until the station is heard again (or the captures end), and it starts a new incident.
@@ -15,8 +22,11 @@ from xlayer.attribution.incidents import CauseFinding, FrameRef
 
 NAME = "handoff"
 COLOR = "#1f77b4"          # its incidents in the report
-MEANING = "a station left its AP: deauthentication, disassociation, a new BSSID or a lost association"
-EXPLICIT = ("deauth", "disassoc", "bssid_change")
+MEANING = "a station left its AP: a roam to another AP, deauthentication, disassociation or a lost association"
+EXPLICIT = ("deauth", "disassoc")
+JOINS = ("auth", "assoc_req", "assoc_resp", "reassoc_req", "reassoc_resp")   # a station joining a BSS
+AROUND_NS = NS              # the roam's losses are counted this long either side of its time without data
+NOT_DELIVERED = ("dropped_at_ap", "air_unacked")
 MIN_UNANSWERED = 7          # the AP's data to a silent station: about one MPDU's retry limit
 MIN_SILENCE_NS = NS
 
@@ -55,6 +65,136 @@ def _lost(ctx: Context) -> list[dict]:
     return out
 
 
+def _bss_sequence(ctx: Context) -> pl.DataFrame:
+    """Return {station, ts_ns, capture_file, frame, ap, data} of every data transmission of a station (data)
+    and successful (re)association response (not data) of every air capture, by station and time."""
+    att = ctx.table("attempts")
+    parts = []
+    if att.height:
+        parts.append(att.filter(pl.col("direction").is_in(["down", "up"]) & pl.col("station").is_not_null()).select(
+            "station", "ts_ns", "capture_file", "frame",
+            pl.when(pl.col("direction") == "down").then(pl.col("ta")).otherwise(pl.col("ra")).alias("ap"),
+            pl.lit(True).alias("data")))
+    me = ctx.table("mgmt_events")
+    if me.height:
+        parts.append(me.filter(pl.col("event").is_in(["assoc_resp", "reassoc_resp"]) & (pl.col("status") == 0)
+                               & pl.col("station").is_not_null() & pl.col("bssid").is_not_null()).select(
+            "station", "ts_ns", "capture_file", "frame", pl.col("bssid").alias("ap"), pl.lit(False).alias("data")))
+    if not parts:
+        return pl.DataFrame(schema={"station": pl.Utf8, "ts_ns": pl.Int64, "capture_file": pl.Utf8,
+                                    "frame": pl.Int64, "ap": pl.Utf8, "data": pl.Boolean})
+    return pl.concat(parts, how="vertical_relaxed").sort("station", "ts_ns", "capture_file", "frame")
+
+
+def roams(ctx: Context) -> list[dict]:
+    """Return every roam (module docstring), in time order: station, from/to BSSID, the last data frame with
+    the old AP and the first with the new one (ts, capture file, frame; first: null if none was seen) and
+    gap_ns (null without data with the new AP); `losses` adds the rest."""
+    if "handoff:roams" not in ctx._cache:
+        ctx._cache["handoff:roams"] = _roams(ctx)
+    return ctx._cache["handoff:roams"]
+
+
+def _roams(ctx: Context) -> list[dict]:
+    seq = _bss_sequence(ctx)
+    prev = pl.col("ap").shift(1).over("station")
+    ch = seq.select("station", "ts_ns", "ap", prev.alias("from_bssid")).filter(
+        pl.col("from_bssid").is_not_null() & (pl.col("ap") != pl.col("from_bssid"))).select(
+        "station", pl.col("ts_ns").alias("at"), "from_bssid", pl.col("ap").alias("to_bssid"))
+    if ch.height == 0:
+        return []
+    data = seq.filter(pl.col("data")).sort("ts_ns")
+    ch = ch.sort("at")
+    last = ch.join_asof(data.select("station", pl.col("ts_ns").alias("last_ts_ns"),
+                                    pl.col("capture_file").alias("last_file"), pl.col("frame").alias("last_frame"),
+                                    pl.col("ap").alias("from_bssid"), pl.col("ts_ns").alias("_l")),
+                        left_on="at", right_on="_l", by=["station", "from_bssid"], strategy="backward",
+                        check_sortedness=False)
+    # the first data with the new AP, unless the station has moved again before it
+    nxt = pl.col("at").shift(-1).over("station", order_by="at")
+    both = last.with_columns(nxt.alias("_next")).join_asof(
+        data.select("station", pl.col("ts_ns").alias("first_ts_ns"), pl.col("capture_file").alias("first_file"),
+                    pl.col("frame").alias("first_frame"), pl.col("ap").alias("to_bssid"), pl.col("ts_ns").alias("_f")),
+        left_on="at", right_on="_f", by=["station", "to_bssid"], strategy="forward", check_sortedness=False)
+    seen = pl.col("_next").is_null() | (pl.col("first_ts_ns") < pl.col("_next"))
+    both = both.with_columns(*(pl.when(seen).then(pl.col(c)).alias(c) for c in ("first_ts_ns", "first_file",
+                                                                                "first_frame")))
+    out = []
+    for r in both.sort("at").iter_rows(named=True):
+        if r["last_ts_ns"] is None:
+            continue            # only a response before any data: a station's first association
+        r["gap_ns"] = None if r["first_ts_ns"] is None else r["first_ts_ns"] - r["last_ts_ns"]
+        out.append({k: v for k, v in r.items() if not k.startswith("_")})
+    return out
+
+
+def losses(ctx: Context, r: dict) -> dict:
+    """Return the roam `r` (of `roams`) with its flows, losses around its time without data (retransmissions,
+    dropped, lost) and the frames joining the new BSS (joins); counted once, when first asked."""
+    if "lost" not in r:
+        # only the roams a window asks about: a capture flapping between APs does not cost a pass each
+        r.update(_losses(ctx, r))
+    return r
+
+
+def _losses(ctx: Context, r: dict) -> dict:
+    """Return the losses and joining frames of roam `r` (see `losses`)."""
+    st, r = r["station"], dict(r)
+    end = r["first_ts_ns"] if r["first_ts_ns"] is not None else max(r["at"], r["last_ts_ns"])
+    s, e = r["last_ts_ns"] - AROUND_NS, end + AROUND_NS
+    r["flows"] = ctx.flows_of([st])
+    rt = ctx.between("retransmissions", s, e)
+    r["retransmissions"] = (rt.filter(pl.col("flow").is_in(r["flows"])).select("flow", "seq").unique().height
+                            if rt.height and r["flows"] else 0)
+    dropped = 0
+    gap = (pl.col("ts_ns") >= r["last_ts_ns"]) & (pl.col("ts_ns") <= end)
+    stranded = (pl.col("fate") == "unknown") & pl.col("first_air_frame").is_null() & gap
+    for name in ("downlink", "uplink"):
+        t = ctx.between(name, s, e)
+        if t.height:
+            lost = pl.col("fate").is_in(list(NOT_DELIVERED)) | (stranded if name == "downlink" else False)
+            dropped += t.filter((pl.col("station") == st) & lost).height
+    r["dropped"] = dropped
+    r["lost"] = max(r["retransmissions"], dropped)
+    me = ctx.between("mgmt_events", r["last_ts_ns"], end + 1)
+    joins = (me.filter((pl.col("station") == st) & (pl.col("bssid") == r["to_bssid"]) & pl.col("event").is_in(JOINS))
+             if me.height else me)
+    r["joins"] = joins.select("capture_file", "frame", "ts_ns", "event", "status").to_dicts() if joins.height else []
+    return {k: r[k] for k in ("flows", "retransmissions", "dropped", "lost", "joins")}
+
+
+def _roam_text(r: dict) -> str:
+    """Return one sentence naming a roam and its numbers."""
+    gap = (f"{r['gap_ns'] / 1e6:,.0f} ms without data" if r["gap_ns"] is not None
+           else "no data with the new AP seen")
+    return (f"station {r['station']} roamed from AP {r['from_bssid']} to AP {r['to_bssid']}: {gap}, "
+            f"{r['lost']:,} packets lost")
+
+
+def _roam_numbers(r: dict) -> dict:
+    """Return a roam's numbers for the finding JSON."""
+    keys = ("station", "from_bssid", "to_bssid", "gap_ns", "last_ts_ns", "last_file", "last_frame", "first_ts_ns",
+            "first_file", "first_frame", "lost", "retransmissions", "dropped")
+    out = {k: r[k] for k in keys}
+    out["gap_ms"] = None if r["gap_ns"] is None else r["gap_ns"] / 1e6
+    out["joins"] = [{"capture_file": j["capture_file"], "frame": j["frame"], "event": j["event"]} for j in r["joins"]]
+    return out
+
+
+def _roam_frames(r: dict) -> list[FrameRef]:
+    """Return the roam's evidence frames: the last data with the old AP, the joining frames, the first with the new."""
+    out = [FrameRef(r["last_file"], int(r["last_frame"]), f"last data frame with {r['from_bssid']}")]
+    out += [FrameRef(j["capture_file"], int(j["frame"]), f"{j['event']} with {r['to_bssid']}") for j in r["joins"]]
+    if r["first_frame"] is not None:
+        out.append(FrameRef(r["first_file"], int(r["first_frame"]), f"first data frame with {r['to_bssid']}"))
+    return out
+
+
+def _roam_end(ctx: Context, r: dict) -> int:
+    """Return the end of a roam's event window: its first data with the new AP, else the captures' end."""
+    return int(r["first_ts_ns"]) if r["first_ts_ns"] is not None else ctx.span[1]
+
+
 def _explicit(ctx: Context) -> pl.DataFrame:
     me = ctx.table("mgmt_events")
     return me.filter(pl.col("event").is_in(list(EXPLICIT))) if me.height else me
@@ -63,6 +203,13 @@ def _explicit(ctx: Context) -> pl.DataFrame:
 def score(ctx: Context, w: Window) -> CauseFinding | None:
     """Return the evidence of a station leaving its AP in (or just before) the window."""
     s, e = w.start_ns - LEAD_NS, w.end_ns
+    rs = [losses(ctx, r) for r in roams(ctx) if r["last_ts_ns"] < e and _roam_end(ctx, r) >= s
+          and (not w.stations or r["station"] in w.stations)]
+    if rs:
+        text = _roam_text(rs[0]) + (f"; {len(rs) - 1} more roam(s)" if len(rs) > 1 else "")
+        stations = sorted({r["station"] for r in rs})
+        return CauseFinding(NAME, 0.9, text, {"roams": [_roam_numbers(r) for r in rs]}, stations=stations,
+                            flows=ctx.flows_of(stations), frames=[f for r in rs for f in _roam_frames(r)][:6])
     ex = _explicit(ctx)
     if ex.height:
         ex = ex.filter((pl.col("ts_ns") >= s) & (pl.col("ts_ns") < e))
@@ -95,6 +242,9 @@ def propose(ctx: Context) -> list[Window]:
         later = ctx.table("attempts").filter((pl.col("station") == st) & (pl.col("ts_ns") > r["ts_ns"] + NS))
         until = int(later["ts_ns"].min()) if later.height else end
         out.append(Window(int(r["ts_ns"]), until, ctx.flows_of([st]), [st], kind="event", proposer=NAME))
+    for r in roams(ctx):
+        out.append(Window(int(r["last_ts_ns"]), max(_roam_end(ctx, r), int(r["last_ts_ns"]) + 1),
+                          ctx.flows_of([r["station"]]), [r["station"]], kind="event", proposer=NAME))
     for lost in _lost(ctx):
         out.append(Window(lost["ts_ns"], lost["until_ns"], ctx.flows_of([lost["station"]]), [lost["station"]],
                           kind="event", proposer=NAME))
