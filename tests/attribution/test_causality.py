@@ -98,6 +98,9 @@ class _Ctx:
                                                                  "signal_dbm": pl.Float64})
         self.tables["attempts"] = pl.DataFrame(schema={"ts_ns": pl.Int64, "station": pl.Utf8, "retry": pl.Boolean,
                                                        "frag": pl.UInt8, "ta": pl.Utf8, "mac_seq": pl.UInt16})
+        self.tables["air_frames"] = pl.DataFrame(schema={"ts_ns": pl.Int64, "wlan_type": pl.UInt8,
+                                                         "wlan_subtype": pl.UInt8, "wlan_ta": pl.Utf8,
+                                                         "wlan_ra": pl.Utf8})
         self.quiet = quiet or []
 
     def table(self, name: str) -> pl.DataFrame:
@@ -433,3 +436,24 @@ def test_a_condition_starting_inside_another_is_its_own_window():
     assert sorted((w.start_ns, w.proposer) for w in got) == [(0, "fragmentation"), (3 * s, "performance_anomaly")]
     # the same proposer's spans, or two starting together, are one
     assert len(_merge([frag, Window(s // 10, 8 * s, kind="sustained", proposer="performance_anomaly")], s // 4)) == 1
+
+
+def test_unanswered_rts_are_retry_time_of_the_line():
+    # the AP sends RTS to a deaf B for 300 ms (no CTS; B's frames never go out), then serves f's packets
+    # that arrived meanwhile: their wait was the line retrying, though no data frame was retried
+    held = [{"arrive": 10_000, "station": "A", "flow": "f", "access": 300}]
+    held += [{"arrive": 10_001 + 2 * k, "station": "A", "flow": "f"} for k in range(150)]
+    ctx = _Ctx(_line(_steady(8_000, 9_500) + held + _steady(11_000, 12_000)), quiet=QUIET)
+    assert [f.cause for f in explain(ctx, W, _findings("spurious_rto"))] == ["spurious_rto"]   # plain queueing
+    rts = [{"ts_ns": int((10_000 + 2 * k) * MS), "wlan_type": 1, "wlan_subtype": 11, "wlan_ta": "ap", "wlan_ra": "B"}
+           for k in range(150)]
+    # an answered exchange with A: its RTS is no retry
+    rts += [{"ts_ns": int(11_500 * MS), "wlan_type": 1, "wlan_subtype": 11, "wlan_ta": "ap", "wlan_ra": "A"},
+            {"ts_ns": int(11_500 * MS) + 50_000, "wlan_type": 1, "wlan_subtype": 12, "wlan_ta": None, "wlan_ra": "ap"}]
+    ctx.tables["air_frames"] = pl.DataFrame(rts, schema=ctx.tables["air_frames"].schema)
+    start, end = delaysplit.rts_retry_spans(ctx.tables["air_frames"], ["A", "B"])
+    # each unanswered RTS lasts to the AP's next; the last, long before A's, only a cycle's most
+    assert len(start) == 150 and (end - start)[:-1].tolist() == [2 * MS] * 149
+    assert int(end[-1] - start[-1]) == delaysplit.RTS_CYCLE_MAX_NS
+    got = explain(ctx, W, _findings("spurious_rto"))
+    assert [f.cause for f in got] == ["mac_retries", "spurious_rto"] and "MAC retry time" in got[1].because

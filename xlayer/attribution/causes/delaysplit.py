@@ -5,7 +5,9 @@ A downlink packet's delay is its wired path, its wait in the AP's queue, and its
 split by what those packets cost: their retransmissions (`retry`), their further fragments
 (`fragments`), the service of one station that takes far more of the line than its packets'
 share (`hog`), and plain work, first transmissions and access (`load`).  The packet's own service
-adds its own retries and fragments to those parts and the rest to `load`.
+adds its own retries and fragments to those parts and the rest to `load`.  RTS the AP sent that no
+CTS answered are retry time too (`rts_retry_spans`): a deaf receiver behind RTS/CTS costs the line
+its RTS retries, and its data frames, dropped at the retry limit, never show a retransmission.
 
 The hog is the station whose service exceeds what its packets would have cost at the other
 stations' typical per-packet service by the most, when that excess is at least `HOG_MIN_SHARE` of
@@ -28,6 +30,8 @@ from xlayer.attribution.causes.base import LEAD_NS, Context, Window
 from xlayer.metrics.delay import covered
 
 PARTS = ("wired", "load", "retry", "fragments", "hog")
+# an unanswered RTS's cycle: CTS timeout, DIFS and a backoff of at most 1023 slots of 20 us (DSSS), a new RTS
+RTS_CYCLE_MAX_NS = 1023 * 20_000 + 1_000_000
 HOG_MIN_SHARE = 0.10          # line time the others lost to one station, of the AP's service time
 MIN_PACKETS = 10              # a station's packets in the window before its per-packet service counts
 SLOW_RATE_RATIO = 0.6         # a weak link: its PHY rate at most this share of the others' median ...
@@ -173,8 +177,38 @@ def find_hog(ctx: Context, w: Window, d: pl.DataFrame | None = None) -> Hog | No
                float(per["rt"][i] / max(t[i], 1)), float(per["fr"][i] / max(t[i], 1)))
 
 
-def _parts(d: pl.DataFrame, all_d: pl.DataFrame, hog: str | None) -> dict[str, np.ndarray]:
-    """Return per packet of `d` its delay (ns) per part, its wait split by what the line served."""
+NO_SPANS = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+def rts_retry_spans(air: pl.DataFrame, stations: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Return (start, end) ns of the AP's RTS that no CTS answered: each from that RTS to the AP's next.
+
+    An RTS to a receiver that does not answer (deaf, or a collision at it) is sent again after a CTS
+    timeout and a doubled backoff, up to the retry limit; the data frame behind it never goes out, so
+    this retry time holds the AP's transmit line without showing in any packet's retransmissions.
+    Spans are capped at `RTS_CYCLE_MAX_NS`: beyond it the medium was held by others, not by the wait.
+    """
+    if air.height == 0 or not stations:
+        return NO_SPANS
+    ctl = air.filter(pl.col("wlan_type") == 1)
+    rts = ctl.filter((pl.col("wlan_subtype") == 11) & pl.col("wlan_ra").is_in(stations))
+    if rts.height == 0:
+        return NO_SPANS
+    ap = rts["wlan_ta"].drop_nulls().unique().to_list()
+    cts = ctl.filter((pl.col("wlan_subtype") == 12) & pl.col("wlan_ra").is_in(ap))
+    ev = pl.concat([rts.select("ts_ns", pl.lit(True).alias("rts")), cts.select("ts_ns", pl.lit(False).alias("rts"))]
+                   ).sort("ts_ns")
+    ev = ev.with_columns(pl.col("rts").shift(-1).alias("_next_rts"), pl.col("ts_ns").shift(-1).alias("_next"))
+    un = ev.filter(pl.col("rts") & pl.col("_next_rts").fill_null(False))
+    start = un["ts_ns"].to_numpy().astype(np.int64)
+    end = np.minimum(un["_next"].to_numpy().astype(np.int64), start + RTS_CYCLE_MAX_NS)
+    return start, end
+
+
+def _parts(d: pl.DataFrame, all_d: pl.DataFrame, hog: str | None,
+           rts: tuple[np.ndarray, np.ndarray] = NO_SPANS) -> dict[str, np.ndarray]:
+    """Return per packet of `d` its delay (ns) per part, its wait split by what the line served
+    (`rts`: spans of unanswered RTS, counted as retry time: `rts_retry_spans`)."""
     arrive = d["ts_ns"].to_numpy().astype(np.int64)
     q = d["queue_ns"].to_numpy().astype(np.int64)
     hol = arrive + q
@@ -193,12 +227,17 @@ def _parts(d: pl.DataFrame, all_d: pl.DataFrame, hog: str | None) -> dict[str, n
     hog_w = cov(a_hol, a_done, is_hog) if hog else np.zeros(len(q), np.int64)
     mine_hog = (d["station"] == hog).fill_null(False).to_numpy() if hog else np.zeros(len(q), bool)
     hog_w = np.where(mine_hog, 0, hog_w)      # the hog's own packets wait behind its others: its own slowness
-    rt_w = cov(a_done - a_rt, a_done, (a_rt > 0) & ~is_hog)
+    keep = (a_rt > 0) & ~is_hog
+    rt_w = cov(np.concatenate([a_done - a_rt, rts[0]]), np.concatenate([a_done, rts[1]]),
+               np.concatenate([keep, np.ones(len(rts[0]), bool)]))
     fr_w = cov(first_end, first_end + a_fr, (a_fr > 0) & ~is_hog)
     wait_other = np.minimum(rt_w + fr_w + hog_w, q)
-    own_rt = d["retry_ns"].to_numpy().astype(np.int64)
+    # the packet's own unanswered RTS: the part of its access (head of line to its first data frame) they held
+    access = d["access_ns"].to_numpy().astype(np.int64)
+    own_rts = np.clip(covered(*rts)(hol + access) - covered(*rts)(hol), 0, access) if len(rts[0]) else 0
+    own_rt = d["retry_ns"].to_numpy().astype(np.int64) + own_rts
     own_fr = d["fragments_ns"].to_numpy().astype(np.int64)
-    own_rest = (d["access_ns"] + d["air_ns"]).to_numpy().astype(np.int64)
+    own_rest = (d["access_ns"] + d["air_ns"]).to_numpy().astype(np.int64) - own_rts
     retry = rt_w + np.where(mine_hog, 0, own_rt)
     frags = fr_w + np.where(mine_hog, 0, own_fr)
     hogp = hog_w + np.where(mine_hog, own_rt + own_fr + own_rest, 0)
@@ -222,7 +261,9 @@ def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None
     hog = find_hog(ctx, w, d)
     # the packets served while the window's packets waited arrived up to their longest wait before
     served = ctx.between("delay", w.start_ns - LEAD_NS - int(mine["queue_ns"].max() or 0), w.end_ns)
-    parts = _parts(mine, served, hog.station if hog else None)
+    stations = d["station"].drop_nulls().unique().to_list()
+    parts = _parts(mine, served, hog.station if hog else None,
+                   rts_retry_spans(ctx.between("air_frames", int(served["ts_ns"].min()), w.end_ns), stations))
     total = sum(parts.values())
     sel = total >= 0.5 * rto_ms * 1e6 if rto_ms else total >= np.quantile(total, 0.9)
     if not sel.any():
@@ -232,7 +273,8 @@ def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None
     out = out.filter(pl.col("flow").is_in(flows))
     outside = {}
     if out.height:
-        po = _parts(out, ctx.outside("delay"), hog.station if hog else None)
+        po = _parts(out, ctx.outside("delay"), hog.station if hog else None,
+                    rts_retry_spans(ctx.outside("air_frames"), stations))
         outside = {k: float(v.mean()) / 1e6 for k, v in po.items()}
     # how long the line took per packet, in and out: a longer queue of the same work is more packets
     # ahead; the same queue of slower work is what a change on the air made
