@@ -265,27 +265,7 @@ _PASS = "join-protected-test"        # a test network's passphrase, nobody's sec
 
 def _wpa2_bundle(scenario: str) -> Any:
     """Return the directory of `scenario` (seed 1) simulated with a WPA2 air capture, made once per machine."""
-    import fcntl
-    import shutil
-
-    from tests.helpers.common import SIM_CACHE
-    from xlayer.testbeds.sim import SimError, run_scenario
-
-    tag = f"{scenario}-s1-wpa2"
-    out = SIM_CACHE / tag
-    SIM_CACHE.mkdir(parents=True, exist_ok=True)
-    with open(SIM_CACHE / f"{tag}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "truth.json").is_file():
-            if out.exists():
-                shutil.rmtree(out)
-            try:
-                run_scenario(scenario, out, seed=1, encrypt=_PASS)
-            except SimError as exc:
-                if exc.ns3_missing:
-                    pytest.skip(f"ns-3 cannot be imported: {exc}")
-                raise
-    return out
+    return sim_bundle(scenario, 1, encrypt=_PASS)
 
 
 def test_real_wpa2_capture_without_keys_and_with_them():

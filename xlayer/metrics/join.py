@@ -980,18 +980,27 @@ def _capacities(lo: int, n: int) -> list[int]:
     return [*out, n + 1]
 
 
-def _up_pairs(w: pl.DataFrame, a: dict[str, pl.DataFrame], slack: int) -> tuple[pl.DataFrame, pl.DataFrame] | None:
-    """Return (the station streams' wired packets, pairs _w, gid, _gap) of keyless uplink: each MSDU the AP
-    confirmed is forwarded (an AP rarely drops uplink), in order; None without keyless uplink."""
-    g = a["groups"].filter((pl.col("direction") == "up") & pl.col("_nokey") & pl.col("key").is_null()
-                           & (pl.col("acked_by") != "none") & pl.col("station").is_not_null())
+def _keyless_streams(w: pl.DataFrame, a: dict[str, pl.DataFrame], which: pl.Expr
+                     ) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """Return (keyless MSDU groups `which` selects, each with its FIFO `_slot`; the wired packets of their
+    stations, each with its rank `_r` in its FIFO), or None when there are none."""
+    g = a["groups"].filter(which & pl.col("_nokey") & pl.col("key").is_null() & pl.col("station").is_not_null())
     if g.height == 0 or w.height == 0 or "_plen" not in g.columns:
         return None
     start = int(a["span"]["start"][0])
     g, ws = _queues(g, w.filter(pl.col("ts_ns") >= start).select("_w", "ts_ns", "station", "ip_len", "ip_dscp"))
     g = _slots(g.with_columns(pl.col("_plen").alias("_len")), _new_holes(a["space"]))
     acc = ws.with_columns(pl.col("ip_len").cast(pl.Int64).alias("_len"))
-    acc = acc.with_columns(pl.int_range(pl.len()).over(_FIFO, order_by=["ts_ns", "_w"]).alias("_r"))
+    return g, acc.with_columns(pl.int_range(pl.len()).over(_FIFO, order_by=["ts_ns", "_w"]).alias("_r"))
+
+
+def _up_pairs(w: pl.DataFrame, a: dict[str, pl.DataFrame], slack: int) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """Return (the station streams' wired packets, pairs _w, gid, _gap) of keyless uplink: each MSDU the AP
+    confirmed is forwarded (an AP rarely drops uplink), in order; None without keyless uplink."""
+    got = _keyless_streams(w, a, (pl.col("direction") == "up") & (pl.col("acked_by") != "none"))
+    if got is None:
+        return None
+    g, acc = got
     slots = g.select("gid", *_FIFO, "_slot", pl.col("last_air_ts_ns").alias("_start"))
     # uplink the air comes first: the wired copy follows the last attempt
     on_time = (pl.col("ts_ns") + slack >= pl.col("_start")) & (pl.col("ts_ns") - pl.col("_start") <= MATCH_WINDOW_NS)
@@ -1032,15 +1041,10 @@ def clock_correction(down: pl.DataFrame, up: pl.DataFrame, a: dict[str, pl.DataF
 
 def _down_pairs_endless(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
     """Return keyless downlink pairs (_w, gid, _gap) as if the AP's queue never overflowed (None: no keyless)."""
-    g = a["groups"].filter((pl.col("direction") == "down") & pl.col("_nokey") & pl.col("key").is_null()
-                           & pl.col("station").is_not_null())
-    if g.height == 0 or w.height == 0 or "_plen" not in g.columns:
+    got = _keyless_streams(w, a, pl.col("direction") == "down")
+    if got is None:
         return None
-    start = int(a["span"]["start"][0])
-    g, ws = _queues(g, w.filter(pl.col("ts_ns") >= start).select("_w", "ts_ns", "station", "ip_len", "ip_dscp"))
-    slots = _slots(g.with_columns(pl.col("_plen").alias("_len")), _new_holes(a["space"]))
-    acc = ws.with_columns(pl.col("ip_len").cast(pl.Int64).alias("_len"))
-    acc = acc.with_columns(pl.int_range(pl.len()).over(_FIFO, order_by=["ts_ns", "_w"]).alias("_r"))
+    slots, acc = got
     on_time = ((pl.col("ts_ns") <= pl.col("_start") + CLOCK_SLACK_NS)
                & (pl.col("_start") - pl.col("ts_ns") <= MATCH_WINDOW_NS))
     return _pair(slots.select("gid", *_FIFO, "_slot", "_start"), acc, on_time)
