@@ -81,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the `sim` subcommand to the xlayer parser."""
     p = sub.add_parser(
         "sim", help="simulate a scenario in ns-3 and write a bundle with its ground truth",
-        description="Simulate server -- AP -- stations in ns-3 (802.11g/n, TCP/UDP downloads) with a "
+        description="Simulate server -- AP -- stations in ns-3 (802.11g/n, or ac/ax with --standard; TCP/UDP downloads) with a "
                     "passive sniffer; write sniffer.pcap, ap_wired.pcap, server.pcap, client.pcap and "
                     "server-tcp.jsonl, each on its own simulated clock, as a bundle, and truth.json "
                     "(clocks, packet fates, MAC attempts, TCP timeouts, events, expected causes). "
