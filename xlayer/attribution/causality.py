@@ -17,12 +17,12 @@ A `spurious_rto` finding is a consequence when the delay of the timed-out flows'
 made it.  `xlayer.attribution.causes.delaysplit` splits each packet's delay (the `delay` table) by
 what the AP's transmit line was doing while it waited and while it was sent: retransmissions,
 further fragments, one hog station's service, plain work, and the wired path before the AP.  The
-AP's parts are compared as shares of the time the late packets waited (a longer queue of the same work grows them all
-alike; the wired path adds whatever the queue).  The part whose share grew the most against outside
-the drop windows is what changed; it is the root when the late packets' delay reached half the RTO
-and that part made at least `ROOT_MIN_SHARE` of the growth (`root_cause`: plain queueing behind
-normally served packets is a root only as a full queue).  The
-finding of that cause takes the consequence's rank and the consequence follows it, saying why
+AP's parts are compared as shares of the time the late packets waited (a longer queue of the same
+work grows them all alike; the wired path adds whatever the queue).  The part whose share grew the
+most against outside the drop windows is what changed; it is the root when the late packets' delay
+reached half the RTO and that part made at least `ROOT_MIN_SHARE` of the growth (`root_cause`:
+plain queueing behind normally served packets is a root only as a full queue).  The finding of
+that cause takes the consequence's rank and the consequence follows it, saying why
 (when the growth is only a longer queue, the most confident delay maker found in the window is the
 root: the split cannot separate it, but the graph has the timeouts downstream of it)
 (`explained_by`, `because`).  When no cause module scored that root in the window (its own signs

@@ -234,7 +234,8 @@ def _parts(d: pl.DataFrame, all_d: pl.DataFrame, hog: str | None,
     wait_other = np.minimum(rt_w + fr_w + hog_w, q)
     # the packet's own unanswered RTS: the part of its access (head of line to its first data frame) they held
     access = d["access_ns"].to_numpy().astype(np.int64)
-    own_rts = np.clip(covered(*rts)(hol + access) - covered(*rts)(hol), 0, access) if len(rts[0]) else 0
+    rts_before = covered(*rts)
+    own_rts = np.clip(rts_before(hol + access) - rts_before(hol), 0, access)
     own_rt = d["retry_ns"].to_numpy().astype(np.int64) + own_rts
     own_fr = d["fragments_ns"].to_numpy().astype(np.int64)
     own_rest = (d["access_ns"] + d["air_ns"]).to_numpy().astype(np.int64) - own_rts
