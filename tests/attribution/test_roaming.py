@@ -32,6 +32,16 @@ def _two_bss(air: Air, end: float = 2.0) -> None:
     air.beacons(B, "net", 0.05, end)
 
 
+def _hop(to: str, resume: float) -> Air:
+    """Return two BSSs and STA with data with A until 0.99 s, reassociating with `to` at 1.1 s, data from `resume`."""
+    air = Air()
+    _two_bss(air)
+    air.stream(A, STA, 0.0, 1.0)
+    air.reassociate(1.1, STA, A, to)
+    air.stream(to, STA, resume, 2.0)
+    return air
+
+
 def _roam_bundle(d: Path, wired: bool = True) -> Path:
     """STA: data with A until 0.99 s, reassociation with B at 1.1 s, data with B from 1.302 s (312 ms without data)."""
     air = Air()
@@ -101,11 +111,7 @@ def test_air_only_roam_has_its_gap_and_no_losses_it_cannot_see(tmp_path):
 
 def test_tcp_retransmissions_around_the_roam_are_its_losses(tmp_path):
     """Segments the AP got during the gap and the server sent again after it: lost once, not twice."""
-    air = Air()
-    _two_bss(air)
-    air.stream(A, STA, 0.0, 1.0)
-    air.reassociate(1.1, STA, A, B)
-    air.stream(B, STA, 1.302, 2.0)
+    air = _hop(B, 1.302)
     for i in range(3):
         air.wired_tcp(1.0 + i * MS, A, STA, 1000 + 100 * i)
         air.wired_tcp(1.5 + i * MS, A, STA, 1000 + 100 * i)          # the server's retransmission
@@ -132,12 +138,7 @@ def test_no_roam_when_stations_stay(tmp_path):
 
 
 def test_reassociation_to_the_same_ap_is_no_roam(tmp_path):
-    air = Air()
-    _two_bss(air)
-    air.stream(A, STA, 0.0, 1.0)
-    air.reassociate(1.1, STA, A, A)
-    air.stream(A, STA, 1.3, 2.0)
-    assert handoff.roams(_ctx(air_bundle(tmp_path / "same", air))) == []
+    assert handoff.roams(_ctx(air_bundle(tmp_path / "same", _hop(A, 1.3)))) == []
 
 
 def test_roam_seen_by_its_reassociation_only(tmp_path):
