@@ -23,7 +23,9 @@ its subframes' together).  A packet leaving a vantage is taken at its end there,
 at its start: that keeps the airtime out of the one-way delays in both directions.  The start is
 that of the whole exchange: an RTS/CTS (or CTS-to-self) just before a frame moves it to the RTS
 (`txop_start`), since the sender won the medium there.  The end is known only for an A-MPDU's
-first subframe (receivers hand the later ones on later, by their position).  Airtimes come from
+first subframe (receivers hand the later ones on later, by their position); a fragmented MSDU
+(its IP header in the first fragment) ends with its last fragment, since a receiver hands it on
+only then.  Airtimes come from
 `xlayer.timeline.airtime` (exact PPDU durations).  Where frames
 carry TSFT, the stamps are replaced by TSFT mapped to the sniffer's clock (a running median of
 stamp - TSFT over windows of frames, per TSF segment), which removes the host's stamping jitter;
@@ -48,7 +50,8 @@ IP_KEY = (("ip_version", pl.UInt8), ("ip_src", pl.String), ("ip_dst", pl.String)
 AIR_COLS = ("linktype", "tsft", "rt_layout", "rt_len", "rt_flags", "phy_rate_mbps", "phy", "nss", "sgi", "he_gi_us",
             "freq_mhz", "chan_flags", "ampdu_ref", "ampdu_flags", "wlan_type", "wlan_amsdu",
             "wlan_subtype", "wlan_to_ds", "wlan_from_ds", "wlan_retry", "wlan_protected", "wlan_order",
-            "wlan_ta", "wlan_ra", "wlan_sa", "wlan_da", "wlan_seq", "wlan_frag", "wlan_tid", "wlan_pn")
+            "wlan_ta", "wlan_ra", "wlan_sa", "wlan_da", "wlan_seq", "wlan_frag", "wlan_more_frag", "wlan_tid",
+            "wlan_pn")
 BASE_COLS = ("frame", "ts_ns", "wirelen", "malformed", "fcs_bad", "ip_ttl", "eth_src", "eth_dst")
 READ_COLS = tuple(dict.fromkeys(BASE_COLS + tuple(c for c, _ in IP_KEY) + AIR_COLS))
 
@@ -289,6 +292,40 @@ def _frame(df: pl.DataFrame, cols: tuple[str, ...]) -> pl.DataFrame:
 WIRED_COLS = tuple(dict.fromkeys(BASE_COLS + tuple(c for c, _ in IP_KEY)))
 
 
+def _fragmented_end(df: pl.DataFrame, att: pl.DataFrame, t_end: np.ndarray) -> pl.DataFrame:
+    """Return `att` with a fragmented MSDU's end moved to its last fragment's (null if that was not heard).
+
+    The IP header travels in the first fragment, but a receiver hands the MSDU on only once the last
+    one has arrived: the first fragment's end would put every fragmented packet's delay out of the
+    air several exchanges above its floor.  The last fragment is the first frame after the first
+    fragment from the same transmitter with the same sequence number and More Fragments clear; if
+    its first copy heard carries the Retry bit, an earlier one was missed and the end is unknown.
+    """
+    if not att.select(pl.col("mf").any()).item():
+        return att.drop("ta", "seq", "mf")
+    last = (df.select(pl.col("wlan_ta").alias("ta"), pl.col("wlan_seq").cast(pl.Int32).alias("seq"),
+                      pl.col("wlan_frag").cast(pl.Int32).alias("frag"),
+                      pl.col("wlan_more_frag").fill_null(True).alias("more"),
+                      pl.col("wlan_retry").fill_null(False).alias("rt_last"),
+                      (pl.col("wlan_type") == 2).alias("data"))
+            .with_columns(pl.Series("t_last", t_end))
+            .filter(pl.col("data") & ~pl.col("more") & (pl.col("frag") > 0) & pl.col("ta").is_not_null()
+                    & pl.col("seq").is_not_null())
+            .select("ta", "seq", "t_last", "rt_last").sort("t_last"))
+    frag = att.filter(pl.col("mf")).with_row_index("_i").sort("t_e", nulls_last=True)
+    # Only fragments whose first copy's end is known can be followed to their last one.
+    known = frag.filter(pl.col("t_e").is_not_null())
+    hit = known.join_asof(last, left_on="t_e", right_on="t_last", by=["ta", "seq"], strategy="forward",
+                          tolerance=RETRY_SPAN_NS, check_sortedness=False)
+    ends = hit.select("_i", pl.when(pl.col("rt_last").fill_null(True)).then(None)
+                      .otherwise(pl.col("t_last")).alias("t_e2"))
+    frag = (frag.join(ends, on="_i", how="left")
+            .with_columns(pl.col("t_e2").alias("t_e")).drop("t_e2")
+            .sort("_i").drop("_i"))
+    return (pl.concat([att.filter(~pl.col("mf")), frag], how="vertical")
+            .sort("key", "ts_ns").drop("ta", "seq", "mf"))
+
+
 def observe(df: pl.DataFrame, file: str, kind: str, ts_point: str = "end", use_tsft: bool = True,
             sizes: bool = True, frames: bool = True) -> Observations:
     """Return the observations of one capture's packet table (see the module docstring).
@@ -315,7 +352,7 @@ def observe(df: pl.DataFrame, file: str, kind: str, ts_point: str = "end", use_t
     dur, known, mpdu, upto = airtime(df)
     dur_i = np.round(dur).astype(np.int64)
     # The end of an A-MPDU's first subframe only: a receiver hands the later ones on after it,
-    # each later by an amount that grows with its position (ns-3: about 10 us a subframe), so
+    # each later by an amount that grows with its position (ns-3: about 2 us a subframe), so
     # their ends would put a delay floor under the fit that moves as aggregates grow and shrink
     # with the rate, and tilt the skew.
     ref = df["ampdu_ref"]
@@ -359,10 +396,13 @@ def observe(df: pl.DataFrame, file: str, kind: str, ts_point: str = "end", use_t
     is_ip = (pl.col("wlan_type") == 2) & pl.col("ip_version").is_not_null()
     att = (df.select(is_ip.alias("is_ip"), _key_expr().alias("key"), pl.col("ts_ns").cast(pl.Int64),
                      pl.col("wlan_retry").fill_null(False).alias("rt"), *_pair_exprs(),
-                     pl.col("ip_ttl").cast(pl.Int16).alias("ttl"), pl.col("ip_len").cast(pl.Int32).alias("len"))
+                     pl.col("ip_ttl").cast(pl.Int16).alias("ttl"), pl.col("ip_len").cast(pl.Int32).alias("len"),
+                     pl.col("wlan_ta").alias("ta"), pl.col("wlan_seq").cast(pl.Int32).alias("seq"),
+                     pl.col("wlan_more_frag").fill_null(False).alias("mf"))
            .with_columns(pl.Series("t_s", txop), t_e)
            .filter(pl.col("is_ip")).drop("is_ip").sort("key", "ts_ns"))
     del txop
+    att = _fragmented_end(df, att, t_s + dur_i)
     key = att["key"]
     first = (key != key.shift(1)).fill_null(True)
     last = (key != key.shift(-1)).fill_null(True)
