@@ -22,6 +22,7 @@ STAGES: list[tuple[str, ...]] = [
     ("xlayer.metrics",),
     ("xlayer.attribution",),
     ("xlayer.report", "xlayer.testbeds"),
+    ("xlayer.campaign",),
     ("xlayer.cli",),
     ("xlayer", "xlayer.__main__"),
 ]

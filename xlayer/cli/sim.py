@@ -27,7 +27,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
         print(f"xlayer: sim: {why}", file=sys.stderr)
         return 2
     try:
-        sc = get_scenario(args.scenario, args.seconds, seed=args.seed, standard=args.standard)
+        sc = get_scenario(args.scenario, args.seconds, seed=args.seed, standard=args.standard,
+                          stations=args.stations)
         if args.ssid is not None:
             sc.ssid = args.ssid          # run_scenario checks it (1..32 bytes)
         truth = run_scenario(args.scenario, args.output, seed=args.seed, scenario=sc,
@@ -65,6 +66,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--standard", choices=("g", "n", "ac", "ax"), default=None,
                    help="run on 802.11g, n (HT20), ac (VHT80) or ax (HE80), with A-MPDU and Block Ack from n "
                    "on, distances rescaled to keep each link's SNR (default: what the scenario or seed draws)")
+    p.add_argument("--stations", type=int, default=None, metavar="N",
+                   help="number of stations, for the scenarios that take one (saturation, saturation_rts; "
+                        "default 5)")
     p.add_argument("--ssid", default=None, help="the BSS's SSID in beacons and probe responses, 1 to 32 "
                    "bytes (default: xlayer-sim)")
     p.add_argument("--encrypt", metavar="PASSPHRASE", default=None,

@@ -12,12 +12,14 @@ Topology (every scenario)::
     server ==CSMA 1 Gb/s== AP ~~802.11g/n/ac/ax~~ stations       sniffer: passive, 1.5 m from the AP
     10.10.1.1    10.10.1.2 | 10.10.2.1          10.10.2.2, .3 ...
 
-The AP's Wi-Fi MAC queue is its only queue (flow control off).  Downlink flows go server -> station.
+The AP's Wi-Fi MAC queue is its only queue (flow control off).  Downlink flows go server -> station;
+uplink flows (`Flow.uplink`, UDP, the `saturation` scenarios) station -> server.
 Any scenario can run on another standard (`get_scenario(..., standard=)`, `for_standard`): ac is VHT
 80 MHz and ax HE 80 MHz at 5 GHz, with ns-3's A-MPDU and Block Ack.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -61,7 +63,7 @@ class Station:
 
 @dataclass
 class Flow:
-    """One transfer from the server to a station (downlink)."""
+    """One transfer from the server to a station (downlink), or from the station to the server (`uplink`)."""
 
     name: str
     proto: str                 # "tcp" (bulk) or "udp" (constant bit rate)
@@ -71,6 +73,11 @@ class Flow:
     stop_s: float | None = None  # None: until the end
     rate_bps: int | None = None  # UDP
     size: int = 1400             # UDP payload bytes
+    uplink: bool = False         # station -> server (UDP only; the truth's packet fates cover downlink only)
+
+    def __post_init__(self) -> None:
+        if self.uplink and self.proto != "udp":
+            raise ValueError(f"flow {self.name!r}: uplink flows are UDP only")
 
 
 @dataclass
@@ -146,6 +153,9 @@ class Scenario:
         for k in _OPTIONAL:
             if not d[k]:
                 d.pop(k)
+        for f in d["flows"]:
+            if not f["uplink"]:
+                f.pop("uplink")
         return d
 
     def station(self, name: str) -> Station:
@@ -161,7 +171,8 @@ class ScenarioDef:
     """A registered scenario: its builder and one-line description.
 
     A `seeded` scenario is drawn from the run's seed: its builder is ``fn(seconds, seed)`` with
-    seconds None for the length the draw needs (`default_seconds` is then 0).
+    seconds None for the length the draw needs (`default_seconds` is then 0).  A scenario with
+    `default_stations` takes ``fn(seconds, stations=N)`` (`xlayer sim --stations N`).
     """
 
     name: str
@@ -169,33 +180,39 @@ class ScenarioDef:
     default_seconds: float
     build: Callable[..., Scenario]
     seeded: bool = False
+    default_stations: int | None = None
 
 
 SCENARIOS: dict[str, ScenarioDef] = {}
 
 
-def scenario(name: str, summary: str, seconds: float, *, seeded: bool = False) -> Callable:
-    """Register `fn(seconds) -> Scenario` (seeded: `fn(seconds | None, seed) -> Scenario`) under `name`
-    (decorator)."""
+def scenario(name: str, summary: str, seconds: float, *, seeded: bool = False,
+             stations: int | None = None) -> Callable:
+    """Register `fn(seconds) -> Scenario` (seeded: `fn(seconds | None, seed) -> Scenario`; with a default
+    number of `stations`: `fn(seconds, stations=N)`) under `name` (decorator)."""
     def deco(fn: Callable[..., Scenario]) -> Callable[..., Scenario]:
-        SCENARIOS[name] = ScenarioDef(name, summary, seconds, fn, seeded)
+        SCENARIOS[name] = ScenarioDef(name, summary, seconds, fn, seeded, stations)
         return fn
     return deco
 
 
 def get_scenario(name: str, seconds: float | None = None, seed: int | None = None,
-                 standard: str | None = None) -> Scenario:
+                 standard: str | None = None, stations: int | None = None) -> Scenario:
     """Return scenario `name` built for `seconds` of simulated time (its default if None).
 
     `seed` is the run's seed: a seeded scenario (``random``) is drawn from it (seed 1 if None: pass
     the run's seed, as `xlayer sim` does), the others ignore it.  `standard` ("g", "n", "ac", "ax"):
     run it on that standard (`for_standard`); None: the one the scenario (or the draw) chooses.
+    `stations`: how many stations, for the scenarios that take a number (``saturation``); KeyError for
+    the others.
     """
     if name not in SCENARIOS:
         raise KeyError(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})")
     if standard is not None and standard not in STANDARDS:
         raise KeyError(f"unknown standard {standard!r} (known: {', '.join(STANDARDS)})")
     d = SCENARIOS[name]
+    if stations is not None or d.default_stations is not None:
+        return _with_stations(d, seconds, stations, standard)
     if d.seeded:
         kw = {"standard": standard} if standard is not None else {}
         sc = d.build(float(seconds) if seconds is not None else None, 1 if seed is None else int(seed), **kw)
@@ -210,6 +227,21 @@ def get_scenario(name: str, seconds: float | None = None, seed: int | None = Non
 
 
 STANDARDS = ("g", "n", "ac", "ax")
+
+
+def _with_stations(d: ScenarioDef, seconds: float | None, stations: int | None, standard: str | None) -> Scenario:
+    """Return scenario `d` built with `stations` stations (its default if None); KeyError if it takes no number."""
+    if d.default_stations is None:
+        raise KeyError(f"scenario {d.name!r} has a fixed set of stations (--stations is for "
+                       f"{', '.join(n for n, x in SCENARIOS.items() if x.default_stations is not None)})")
+    n = d.default_stations if stations is None else int(stations)
+    if not 1 <= n <= SATURATION_MAX_STATIONS:
+        raise KeyError(f"scenario {d.name!r} takes 1 to {SATURATION_MAX_STATIONS} stations, not {n}")
+    if standard is not None and standard != "g":
+        raise KeyError(f"scenario {d.name!r} runs on 802.11g only (its model parameters are ERP-OFDM's)")
+    sc = d.build(float(seconds) if seconds is not None else d.default_seconds, stations=n)
+    sc.name, sc.summary = d.name, f"{d.summary} ({n} station{'s' if n != 1 else ''})"
+    return sc
 
 
 class UnsupportedStandard(KeyError):
@@ -609,3 +641,56 @@ def walkaway(seconds: float) -> Scenario:
         stations=[Station("sta0", WALK_FROM_M, 0.0, walk_at_s=walk_at, speed_mps=WALK_SPEED)],
         flows=[Flow("tcp0", "tcp", "sta0", 5001, TRAFFIC_START_S)],
         expect=expect, causes=causes)
+
+
+# Saturation (theory beside measurement): n stations in range of each other and of the AP, each sending
+# UDP uplink at a fixed rate as fast as its MAC lets it.  The PHY/MAC parameters ns-3 uses here, which
+# xlayer.campaign.theory's phy_for("g", 54) states: ERP-OFDM 54 Mbit/s data, ACK/RTS/CTS at 24 Mbit/s
+# (RTS by ControlMode; ACK and CTS at the highest basic rate not above the frame they answer), slot 9 us
+# (short slot: every station is ERP), SIFS 10 us + 6 us signal extension, DIFS 28 us, CWmin 15, CWmax
+# 1023, 1472-byte UDP payloads (1500-byte IP packets).  Beacons (every 102.4 ms) are the only other
+# frames: static ARP, passive scanning, nothing flows downlink.
+SATURATION_MAX_STATIONS = 50
+SATURATION_MODE, SATURATION_CONTROL = "ErpOfdmRate54Mbps", "ErpOfdmRate24Mbps"
+SATURATION_START_S = 1.0          # every station has associated by then (first beacon + association)
+SATURATION_PAYLOAD = 1472
+# More than the whole channel carries at 54 Mbit/s (about 30 Mbit/s for one station), shared among
+# the stations: each station's 500-packet queue fills within a few tens of ms and stays full.
+SATURATION_OFFERED_BPS = 64_000_000
+SATURATION_RADIUS_M = 3.0
+
+
+def _saturation(seconds: float, stations: int, rts: bool) -> Scenario:
+    """Return the saturation setup: `stations` stations on a 3 m circle around the AP, UDP uplink each."""
+    sts = [Station(f"sta{i}", round(SATURATION_RADIUS_M * math.cos(2 * math.pi * i / stations), 3),
+                   round(SATURATION_RADIUS_M * math.sin(2 * math.pi * i / stations), 3))
+           for i in range(stations)]
+    start = min(SATURATION_START_S, seconds / 2)
+    per_station = SATURATION_OFFERED_BPS // stations
+    flows = [Flow(f"udp{i}", "udp", s.name, 6001 + i, start, rate_bps=per_station, size=SATURATION_PAYLOAD,
+                  uplink=True) for i, s in enumerate(sts)]
+
+    def expect(truth: dict) -> tuple[bool, str]:
+        got = truth["summary"]["goodput_mbps"]
+        total = sum(v or 0.0 for v in got.values())
+        ok = all((v or 0.0) > 0 for v in got.values()) and total < SATURATION_OFFERED_BPS / 1e6
+        return ok, (f"{len(got)} saturated uplink flows, total goodput {total:.2f} Mbit/s (want every flow "
+                    f"> 0 and the total below the {SATURATION_OFFERED_BPS / 1e6:g} Mbit/s offered)")
+
+    return Scenario(
+        name="", summary="", seconds=seconds, standard="g", rate_manager="constant",
+        data_mode=SATURATION_MODE, control_mode=SATURATION_CONTROL, rts_threshold=0 if rts else None,
+        fading_m=0.0, stations=sts, flows=flows, expect=expect, causes=lambda ctx: [])
+
+
+@scenario("saturation", "802.11g 54 Mbit/s, N stations (--stations, default 5) 3 m from the AP, each "
+          "sending saturated UDP uplink (basic access): Bianchi's DCF saturation setting, for comparing "
+          "measured throughput with xlayer.campaign.theory", 5.0, stations=5)
+def saturation(seconds: float, stations: int = 5) -> Scenario:
+    return _saturation(seconds, stations, rts=False)
+
+
+@scenario("saturation_rts", "as saturation, with an RTS/CTS exchange before every data frame "
+          "(RtsCtsThreshold 0)", 5.0, stations=5)
+def saturation_rts(seconds: float, stations: int = 5) -> Scenario:
+    return _saturation(seconds, stations, rts=True)

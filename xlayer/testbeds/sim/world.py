@@ -333,10 +333,16 @@ def simulate(job: dict) -> dict:
     for fl in sc["flows"]:
         i = index[fl["station"]]
         factory = "ns3::TcpSocketFactory" if fl["proto"] == "tcp" else "ns3::UdpSocketFactory"
+        up = fl.get("uplink", False)
+        if up and fl["proto"] != "udp":
+            raise ValueError(f"flow {fl['name']}: uplink flows are UDP only")
+        # downlink: server -> station; uplink: station -> server
+        src_node, dst_node = (stas.Get(i), server.Get(0)) if up else (server.Get(0), stas.Get(i))
+        dst_ip = wired_ifs.GetAddress(0) if up else sta_ifs.GetAddress(i)
         sink = ns.PacketSinkHelper(factory, ns.InetSocketAddress(ns.Ipv4Address.GetAny(), fl["port"]).ConvertTo())
-        sink_app = sink.Install(stas.Get(i))
+        sink_app = sink.Install(dst_node)
         sink_app.Start(ns.Seconds(0.0))
-        remote = ns.InetSocketAddress(sta_ifs.GetAddress(i), fl["port"]).ConvertTo()
+        remote = ns.InetSocketAddress(dst_ip, fl["port"]).ConvertTo()
         if fl["proto"] == "tcp":
             src = ns.BulkSendHelper(factory, remote)
             src.SetAttribute("MaxBytes", ns.UintegerValue(0))
@@ -347,7 +353,7 @@ def simulate(job: dict) -> dict:
         else:
             src = ns.OnOffHelper(factory, remote)
             src.SetConstantRate(ns.DataRate(int(fl["rate_bps"])), int(fl["size"]))
-        src_app = src.Install(server.Get(0))
+        src_app = src.Install(src_node)
         src_app.Start(ns.Seconds(fl["start_s"]))
         if fl["stop_s"] is not None:
             src_app.Stop(ns.Seconds(fl["stop_s"]))
@@ -357,6 +363,9 @@ def simulate(job: dict) -> dict:
     if first_tcp is not None:
         x.StartSampler(str(work / files["tcp"]), server.Get(0).GetId(), first_tcp + 2e-6,
                        sc["sample_interval_s"], CLOCK_IDS["server"])
+    else:
+        # No TCP socket to sample (UDP-only scenarios): the bundle still gets its (empty) state file.
+        (work / files["tcp"]).write_bytes(b"")
 
     ns.Simulator.Stop(ns.Seconds(sc["seconds"]))
     t0 = time.monotonic()
