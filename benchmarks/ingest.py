@@ -10,7 +10,9 @@ radiotap rate/MCS/signal/channel/FCS, 802.11 type/retry/addresses/seq/duration, 
 tshark with wlan.check_checksum on, so the FCS is verified). The headline row, `xlayer`, reads the
 same columns (`columns=COLUMNS`: FCS verified, since fcs_bad is among them); `xlayer-all` decodes
 every one of the ~90 schema columns; `xlayer-stream` streams all columns to Parquet in bounded
-memory. The ratio column is the method's frames/s over tshark's.
+memory. The ratio column is the method's frames/s over tshark's; `x tshark CPU` is the same with
+CPU seconds per frame (the method's process, its threads and its children), which a shared
+machine's load disturbs less.
 
 --encrypted: the same columns from a WPA2-PSK capture, decrypted with its passphrase: `xlayer-keys`
 (read_capture with keys=, every CCMP frame decrypted natively) against `tshark-keys` (tshark with
@@ -306,13 +308,21 @@ def main() -> int:
                       "rss_mb": max(r["rss_mb"] for r in runs),
                       "cpu_s": statistics.median(r["cpu_s"] for r in runs)}
         print(f"  measured {m}: {results[m]['rows']} rows in {sec:.2f} s", flush=True)
-    base = results.get("tshark-keys" if a.encrypted else "tshark", {}).get("fps")
-    print(f"\n{'method':<14} {'frames':>9} {'seconds':>8} {'frames/s':>12} {'x tshark':>9} {'peak RSS':>9}")
+    ref = results.get("tshark-keys" if a.encrypted else "tshark", {})
+    base = ref.get("fps")
+    # CPU seconds per frame too: on a shared machine a short run's wall time measures the neighbours'
+    # bursts more than a 50 s one's does
+    base_cpu = ref["cpu_s"] / ref["rows"] if ref.get("rows") and ref.get("cpu_s") else None
+    print(f"\n{'method':<14} {'frames':>9} {'seconds':>8} {'frames/s':>12} {'x tshark':>9} {'peak RSS':>9}"
+          f" {'CPU s':>7} {'x tshark CPU':>13}")
     for m, r in results.items():
         ratio = f"{r['fps'] / base:8.1f}x" if base else "       -"
+        cpu_ratio = "            -"
+        if base_cpu and r["cpu_s"] > 0:
+            cpu_ratio = f"{base_cpu / (r['cpu_s'] / r['rows']):12.1f}x"
         note = " (subset)" if m == "scapy" else ""
         print(f"{m:<14} {r['rows']:>9} {r['seconds']:>8.2f} {r['fps']:>12,.0f} {ratio:>9} "
-              f"{r['rss_mb']:>7.0f}MB{note}")
+              f"{r['rss_mb']:>7.0f}MB {r['cpu_s']:>7.2f} {cpu_ratio:>13}{note}")
     if base and a.encrypted and "xlayer-keys" in results:
         x, t = results["xlayer-keys"], results["tshark-keys"]
         print(f"xlayer-keys / tshark-keys, WPA2-PSK decrypted, the same {len(COLUMNS)} columns: "

@@ -1,12 +1,16 @@
 """Capture files to Parquet: streaming, with a progress bar, leaving a valid file or none."""
 from __future__ import annotations
 
+import base64
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from parsers.columnar import accel
 from parsers.decode.ingest import IngestStats, iter_tables
 from parsers.schema import SCHEMA
 from xlayer.signals import deferred
@@ -19,8 +23,22 @@ def _bar(total: int, enabled: bool, desc: str):
 
 
 # Smaller chunks than read_capture's, decoded one at a time while the one before is compressed and
-# written: a 500 MB capture's conversion stays near 210 MB resident (limit: 256 MB).
+# written: a 500 MB capture's conversion stays near 230 MB resident (limit: 256 MB; 16 MB chunks
+# took 5 % less CPU and 250 MB).
 STREAM_CHUNK_BYTES = 12 << 20
+# Dictionary pages only for the string columns (addresses, layouts, reasons: few distinct values).
+# Measured on the 500 k-frame air capture (CPU seconds of all the writes / file size), zstd:
+# dictionary on every column 0.64 s / 9.4 MB, on the string columns only 0.50 s / 6.5 MB, on none
+# 0.50 s / 6.7 MB. Codecs, string dictionaries only: lz4 0.40 s / 11.4 MB, snappy 0.42 s / 14.7 MB,
+# none 0.43 s / 98 MB, zstd 0.50 s / 6.5 MB. The whole conversion took 1.69 s of CPU with zstd
+# against 1.56 s with lz4 (wall time within the noise of a shared machine): zstd, the smallest file,
+# which every Parquet reader knows (the guide says zstd).
+COMPRESSION = "zstd"
+DICTIONARY_COLUMNS = [name for name, dtype in SCHEMA.items() if dtype == pl.Utf8]
+# Row-group statistics (min/max) only where they can skip row groups: the columns that grow with
+# the file. Those of the other columns took 0.07 s of the 0.52 s of writing, and every row group
+# spans nearly all of their values anyway.
+STATISTICS_COLUMNS = ["frame", "ts_ns"]
 
 
 def ingest_to_parquet(path: str | os.PathLike, output: str | os.PathLike, decoder: str = "fast",
@@ -43,23 +61,24 @@ def ingest_to_parquet(path: str | os.PathLike, output: str | os.PathLike, decode
     size = os.path.getsize(path)
     writer = None
     rows = 0
-    # Parquet encoding and zstd release the GIL: each chunk is written by a second thread while the
-    # next one is decoded here. At most one write is in flight, so memory stays bounded.
+    # Parquet encoding and compression release the GIL: each chunk is written by a second thread
+    # while the next one is decoded here. At most one write is in flight, so memory stays bounded.
     pool = ThreadPoolExecutor(max_workers=1)
     pending: Future | None = None
     try:
         with _bar(size, progress, os.path.basename(os.fspath(path))) as bar:
-            # One decoding thread, no walk helper process: the writer thread has the second core,
-            # and a child's peak RSS would include ours at spawn time (reported peaks add up).
+            # One decoding thread (with the compiled walk, a walk thread one chunk ahead: see
+            # iter_tables), no walk helper process: a child's peak RSS would include ours at spawn
+            # time (reported peaks add up). The writer thread converts and writes each table.
             for df in iter_tables(path, decoder=decoder, stats=stats, progress=bar.update,
-                                  chunk_bytes=STREAM_CHUNK_BYTES, walk_helper=False, threads=1, keys=keys):
+                                  chunk_bytes=STREAM_CHUNK_BYTES, walk_helper=False, threads=_threads(),
+                                  keys=keys):
                 with deferred():    # the writer is made and handed whole tables, never cut halfway
-                    table = df.to_arrow()
                     if writer is None:
-                        writer = pq.ParquetWriter(output, table.schema, compression="zstd")
+                        writer = _writer(output, df)
                     if pending is not None:
                         pending.result()
-                    pending = pool.submit(writer.write_table, table)
+                    pending = pool.submit(_write, writer, df)
                     rows += df.height
             if pending is not None:
                 pending.result()        # the last write: its error surfaces here
@@ -86,6 +105,43 @@ def ingest_to_parquet(path: str | os.PathLike, output: str | os.PathLike, decode
             if writer is not None:
                 writer.close()
     return rows
+
+
+def _threads() -> int:
+    # With the compiled walk, two: large files get the walk thread (one decoding thread still).
+    # Without it, one: two pure-Python decoding threads would hold twice the chunks in memory.
+    return 2 if accel.AVAILABLE else 1
+
+
+# polars hands string columns to Arrow as views at no cost, and as plain strings for ~0.1 s per
+# 500 k rows. Both are the same Parquet column (UTF-8 byte arrays); only the Arrow schema stored
+# with the file (which Arrow readers restore) tells them apart, so the views are written and the
+# plain schema is stored: the file is the one `df.to_arrow()` would give.
+_VIEWS = hasattr(pl, "CompatLevel") and hasattr(pq.ParquetWriter, "add_key_value_metadata")
+
+
+def _arrow(df: pl.DataFrame) -> pa.Table:
+    return df.to_arrow(compat_level=pl.CompatLevel.newest()) if _VIEWS else df.to_arrow()
+
+
+def _writer(output: str, df: pl.DataFrame) -> pq.ParquetWriter:
+    """Return a Parquet writer for tables shaped as df (zstd; dictionary pages for strings only,
+    statistics for frame and ts_ns only)."""
+    plain = df.head(0).to_arrow().schema
+    schema = _arrow(df.head(0)).schema
+    writer = pq.ParquetWriter(output, schema, compression=COMPRESSION,
+                              use_dictionary=[c for c in DICTIONARY_COLUMNS if c in schema.names],
+                              write_statistics=[c for c in STATISTICS_COLUMNS if c in schema.names],
+                              store_schema=not _VIEWS)
+    if _VIEWS:      # the key and encoding Arrow's own writer uses (base64 of the IPC schema message)
+        stored = base64.b64encode(plain.serialize().to_pybytes()).decode()
+        writer.add_key_value_metadata({"ARROW:schema": stored})
+    return writer
+
+
+def _write(writer: pq.ParquetWriter, df: pl.DataFrame) -> None:
+    # in the writer thread: the conversion, if any, is off the decoding thread too
+    writer.write_table(_arrow(df))
 
 
 def _settle(pending: Future | None) -> None:

@@ -14,6 +14,7 @@
 #include <string.h>
 #ifndef _WIN32
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 typedef uint32_t (*crc_fn)(uint32_t crc, const uint8_t *buf, uint32_t len);
@@ -60,6 +61,41 @@ static uint32_t crc32_sliced(uint32_t crc, const uint8_t *p, uint32_t len)
     while (len--)
         c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
     return ~c;
+}
+
+/* How far ahead of a record walk memory is asked for (pcap_walk). */
+#define PREFETCH_BYTES 4096
+
+static inline void prefetch(const uint8_t *p)
+{
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p, 0, 0);
+#else
+    (void)p;
+#endif
+}
+
+#if defined(__linux__) && !defined(MADV_POPULATE_READ)
+#define MADV_POPULATE_READ 22
+#endif
+
+/* Map the pages of buf[start:stop] (clipped to size) in one call where the kernel can (Linux >= 5.14):
+   far cheaper than a page fault per 64 kB as a walk meets them. Failure changes nothing: the walk
+   faults the pages in as before. */
+static void populate(const void *buf, long long start, long long stop, long long size)
+{
+#if defined(__linux__) && defined(MADV_POPULATE_READ)
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0)
+        return;
+    if (stop > size)
+        stop = size;
+    long long first = start / page * page;
+    if (stop > first)
+        (void)madvise((char *)buf + first, (size_t)(stop - first), MADV_POPULATE_READ);
+#else
+    (void)buf; (void)start; (void)stop; (void)size;
+#endif
 }
 
 static inline uint32_t rd32(const uint8_t *p, int swap)
@@ -154,8 +190,16 @@ static PyObject *pcap_walk(PyObject *self, PyObject *args)
         return NULL;
     const uint8_t *buf = view.buf;
     Offsets o = {NULL, NULL, 0, 0, 1, 0};
+    long long ahead = pos, end = (long long)view.len;
     Py_BEGIN_ALLOW_THREADS
+    populate(view.buf, pos, lim + 16, end);
     while (pos < lim) {
+        /* Each header's address comes from the one before: alone, every record is a cache miss
+           waited for in turn. Records lie end to end, so the lines PREFETCH_BYTES ahead are asked
+           for meanwhile (a hint: no fault, no effect on the result). */
+        long long stop = pos + PREFETCH_BYTES < end ? pos + PREFETCH_BYTES : end;
+        for (; ahead < stop; ahead += 64)
+            prefetch(buf + ahead);
         if (offsets_push(&o, pos, buf + pos))
             break;
         uint32_t a = rd32(buf + pos + 8, swap), b = rd32(buf + pos + 12, swap);

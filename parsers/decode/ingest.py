@@ -208,7 +208,9 @@ def _cpus_taken() -> bool:
 # hand-offs of the GIL. (Two threads each decoding whole chunks hand the GIL to each other at every
 # numpy call, thousands of times per chunk; on two cores that was no faster than one thread.)
 PREP_MIN_BYTES = 48 << 20
-PREP_AHEAD = 2          # chunks walked ahead of the one being decoded
+# Chunks waiting, walked, for a decoder (one more is walked meanwhile): the walk costs a fraction of
+# the decoding, so one is enough, and each one more holds its chunk's pages (12-32 MB) resident.
+PREP_AHEAD = 1
 PREP_FIRST_BYTES = 4 << 20  # a small first chunk: decoding waits for the walk of this much only
 
 
@@ -216,13 +218,17 @@ class _Prepared:
     """A thread that walks a capture's chunks, checks their FCSs and makes the decoders' first
     gathers, up to PREP_AHEAD chunks ahead of the reader; iterate it once, to the end or to a close."""
 
-    def __init__(self, chunks: Iterator[RecordChunk], fcs: bool, ahead: bool):
+    def __init__(self, chunks: Iterator[RecordChunk], fcs: bool, ahead: bool,
+                 release: Callable[[], None] | None = None):
         import queue
         import threading
 
         self._queue: queue.Queue = queue.Queue(maxsize=PREP_AHEAD)
         self._stop = threading.Event()
         self._chunks, self._fcs, self._ahead = chunks, fcs, ahead
+        # called here each time the reader takes a chunk: it drops the pages of the chunks decoded
+        # (madvise costs ~1.5 ms per 32 MB, better spent off the decoding thread)
+        self._release = release
         self._thread = threading.Thread(target=self._run, name="xlayer-walk", daemon=True)
         self._thread.start()
 
@@ -232,6 +238,8 @@ class _Prepared:
         while not self._stop.is_set():
             try:
                 self._queue.put(item, timeout=0.1)
+                if self._release is not None:
+                    self._release()
                 return True
             except queue.Full:
                 continue
@@ -363,7 +371,7 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
             # the walk thread stays on a busy machine: it hands over the GIL once per chunk
             fcs = proj.decodes("fcs") and any(i.linktype == RADIOTAP for i in cap.interfaces)
             walked = cap.chunks(keep=PREP_AHEAD + threads, first_bytes=min(PREP_FIRST_BYTES, chunk_bytes))
-            chunks = iter(_Prepared(walked, fcs, proj.decodes("link")))
+            chunks = iter(_Prepared(walked, fcs, proj.decodes("link"), release=cap.release_done))
             threads = 1 if busy else threads - 1
         elif busy:
             threads = 1
@@ -379,6 +387,10 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
         for chunk, df, nfall, layouts in _decoded(chunks, decoder, threads, proj, **more):
             stats.fallback += nfall
             _account(stats, chunk, df, layouts)
+            if len(chunk) and chunk.data is cap.data:
+                # decoded (chunks come back in file order, each after the ones before it): its
+                # pages go at the next chunk walked, not `keep` chunks later
+                cap.mark_done(int(chunk.offset[-1] + chunk.caplen[-1]))
             if progress is not None and len(chunk):
                 pos = int(chunk.offset[-1] + chunk.caplen[-1])
                 progress(pos - done)

@@ -19,6 +19,7 @@ import io
 import mmap
 import os
 import tempfile
+import threading
 import zlib
 from collections.abc import Iterator
 
@@ -94,6 +95,9 @@ class CaptureFile:
             raise CaptureError(f"{path}: empty file (0 bytes), not a capture")
         self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         self.data = np.frombuffer(self._mm, dtype=np.uint8)
+        self._released = 0                  # pages below this offset are out of the resident set
+        self._done_upto = 0                 # records below this offset are done with (mark_done)
+        self._release_lock = threading.Lock()   # the walk thread and the reading thread both release
         self._reader = None
         self._iterated = False
         self.gzipped = False
@@ -161,6 +165,22 @@ class CaptureFile:
         """Return a tracker that releases the pages of chunks once `keep` later ones are handed out."""
         return PageRelease(self, keep)
 
+    def release_before(self, end: int) -> None:
+        """Drop the pages wholly below file offset `end` from the resident set (once per page); for a
+        reader done with every record before `end` sooner than the chunks' `keep` lag says."""
+        with self._release_lock:
+            if end > self._released:
+                self._released = max(self._released, self._release(self._released, end))
+
+    def mark_done(self, end: int) -> None:
+        """Note that every record before file offset `end` is done with: its pages are released when
+        the next chunk is walked (by the thread that walks, not the caller's)."""
+        self._done_upto = max(self._done_upto, end)
+
+    def release_done(self) -> None:
+        """Release the pages of the records marked done (mark_done) now."""
+        self.release_before(self._done_upto)
+
     def _release(self, start: int, upto: int) -> int:
         # Pages below the next record are done with: drop them from our resident set (the page cache
         # keeps them, and a caller who still looks at an old chunk faults them back in).
@@ -212,8 +232,11 @@ class PageRelease:
     def done(self, end: int) -> None:
         """Note that the records before file offset `end` have been handed out."""
         self.ends.append(end)
+        upto = self.cap._done_upto  # noqa: SLF001
         if len(self.ends) > self.keep:
-            self.released = self.cap._release(self.released, self.ends.pop(0))  # noqa: SLF001
+            upto = max(upto, self.ends.pop(0))
+        self.cap.release_before(upto)
+        self.released = self.cap._released  # noqa: SLF001
 
 
 def open_capture(path: str | os.PathLike, chunk_bytes: int = 16 << 20) -> CaptureFile:
