@@ -12,6 +12,12 @@ Topology (every scenario)::
     server ==CSMA 1 Gb/s== AP ~~802.11g/n/ac/ax~~ stations       sniffer: passive, 1.5 m from the AP
     10.10.1.1    10.10.1.2 | 10.10.2.1          10.10.2.2, .3 ...
 
+The ``roam`` scenario (field `Scenario.aps`) builds another world instead: two APs bridged onto one LAN
+behind a learning switch (one subnet, one SSID, one channel), the server on a third switch port::
+
+    server ==CSMA== switch ==CSMA== AP1 (bridge) ~~802.11g~~ stations ~~ AP2 (bridge) ==CSMA== switch
+    10.10.2.1                                     10.10.2.2, .3 ...      sniffer: beside AP2, 15 dB antenna
+
 The AP's Wi-Fi MAC queue is its only queue (flow control off).  Downlink flows go server -> station;
 uplink flows (`Flow.uplink`, UDP, the `saturation` scenarios) station -> server.
 Any scenario can run on another standard (`get_scenario(..., standard=)`, `for_standard`): ac is VHT
@@ -59,6 +65,7 @@ class Station:
     walk_at_s: float | None = None   # starts moving away from the AP at this time ...
     speed_mps: float = 0.0           # ... at this speed, straight away from the AP
     deaf: list[tuple[float, float]] = field(default_factory=list)  # [start, end) it decodes nothing
+    toward: tuple[float, float] | None = None   # walks toward this point (several APs' world) instead
 
 
 @dataclass
@@ -100,7 +107,7 @@ class Interferer:
     size: int = 1000                 # frame payload bytes
 
 
-_OPTIONAL = ("wired_delay_ms", "interferers")
+_OPTIONAL = ("wired_delay_ms", "interferers", "aps", "sniffer_position", "sniffer_rx_gain_db")
 
 
 @dataclass
@@ -138,6 +145,11 @@ class Scenario:
     # link with this one-way delay (a CSMA channel stays busy for the whole delay: no long delays there)
     wired_delay_ms: float | None = None
     interferers: list[Interferer] = field(default_factory=list)   # hidden nodes outside the BSS
+    # Several APs (the roaming world, xlayer.testbeds.sim.world._simulate_aps): [{name, x, y}], bridged
+    # onto one LAN behind a switch, same SSID and channel; empty: the one routed AP at the origin.
+    aps: list[dict] = field(default_factory=list)
+    sniffer_position: tuple[float, float] | None = None   # several APs only (one AP: 1.5 m from it)
+    sniffer_rx_gain_db: float = 0.0      # several APs only: the monitor's antenna gain (hears both BSSs)
     expect: Callable[[dict], tuple[bool, str]] | None = None
     causes: Callable[[Any], list[dict]] | None = None
 
@@ -156,6 +168,9 @@ class Scenario:
         for f in d["flows"]:
             if not f["uplink"]:
                 f.pop("uplink")
+        for st in d["stations"]:
+            if st["toward"] is None:
+                st.pop("toward")
         return d
 
     def station(self, name: str) -> Station:
@@ -279,6 +294,8 @@ def for_standard(sc: Scenario, std: str) -> Scenario:
         # BE_MaxAmpduSize and BE_MaxAmsduSize 0 (tried): fragmentation runs on 802.11g only
         raise UnsupportedStandard(f"scenario {sc.name or 'random'!r} fragments MSDUs, which ns-3 3.44 cannot "
                                   f"simulate on 802.11{std} (it aborts in its MAC queue): 802.11g only")
+    if sc.aps:
+        raise UnsupportedStandard(f"scenario {sc.name!r} places its APs, sniffer and walk for 802.11{sc.standard} only")
     f = distance_scale(sc.standard, std, sc.path_loss_exponent)
     # A hidden node's victim keeps its distance: the interferer, as loud there as the AP, must stay
     # below the AP's preamble detection, which the 5 GHz reference loss only makes easier; the
@@ -640,6 +657,76 @@ def walkaway(seconds: float) -> Scenario:
         name="walkaway", summary="", seconds=seconds, fading_m=3.0, path_loss_exponent=4.0,
         stations=[Station("sta0", WALK_FROM_M, 0.0, walk_at_s=walk_at, speed_mps=WALK_SPEED)],
         flows=[Flow("tcp0", "tcp", "sta0", 5001, TRAFFIC_START_S)],
+        expect=expect, causes=causes)
+
+
+ROAM_AP2_M = 75.0            # AP2 on the x axis, this far from AP1 (at the origin); the same channel
+ROAM_FROM_M = 20.0          # the walker starts here (AP2, 55 m away, barely heard: it joins AP1) ...
+ROAM_TO_M = 72.0            # ... and stops here, 3 m before AP2: AP1 (-98 dBm there) is lost on the way
+# Between the APs, near AP2, where the station joins it: AP1 (60 m away, hidden from the station by then)
+# keeps retrying frames to the station that left, and the station's join must stand 30 dB above those
+# (ns-3's receiver has no frame capture: a frame is lost to a stronger one that overlaps it).
+ROAM_SNIFFER = (60.0, 4.0)
+ROAM_SNIFFER_GAIN_DB = 15.0
+ROAM_UDP_BPS = 500_000      # each static station's light download: traffic in both BSSs
+
+
+def roam_facts(truth: dict, station: str) -> dict | None:
+    """Return the station's first roam in the truth (``truth["roams"]``), or None."""
+    return next((r for r in truth.get("roams", []) if r["station"] == station), None)
+
+
+@scenario("roam", "802.11g Minstrel, indoor path loss (exponent 4): two APs 75 m apart on one channel, one "
+          "SSID, bridged onto one LAN; a station downloads 20 m from AP1, walks to AP2, loses AP1's beacons "
+          "on the way and joins AP2 with the same address (a roam: time without data, packets lost); a "
+          "static station on each AP receives a light UDP stream", 10.0)
+def roam(seconds: float) -> Scenario:
+    # The walk is timed to the run: a second at the start's rate first (the reference of the rate
+    # fall), at the stop by half the run (AP1 is lost near it: 10 missed beacons after they stop
+    # coming), the rest data through AP2.
+    walk_at = min(WALK_AT_S, round(seconds / 4, 3))
+    speed = round((ROAM_TO_M - ROAM_FROM_M) / max(0.5 * seconds - walk_at, 0.5), 3)
+
+    def expect(truth: dict) -> tuple[bool, str]:
+        r = roam_facts(truth, "sta_walk")
+        if r is None:
+            return False, "the walking station never joined another AP"
+        ok = r["first_data_ts"] is not None and r["from_bssid"] != r["to_bssid"]
+        return ok, (f"sta_walk roamed from {r['from_bssid']} to {r['to_bssid']}; data again via the new AP "
+                    f"after {r['gap_s']} s without (want data again)")
+
+    def causes(ctx) -> list[dict]:
+        out = [c for c in walk_causes(ctx, "sta_walk", "tcp_walk", walk_at)[0] if c["cause"] != "handoff"]
+        r = roam_facts(ctx.truth, "sta_walk")
+        if r is None:
+            return out
+        start = ctx.sim_s(r["last_data_ts"]) if r["last_data_ts"] is not None else ctx.sim_s(r["association_lost_ts"])
+        end = ctx.sim_s(r["first_data_ts"]) if r["first_data_ts"] is not None else None
+        # as in walkaway, the rate fall ends where the handoff begins (there: the association's loss; here
+        # the last packet through AP1, before it: nothing arrives while the station still clings to AP1)
+        for c in out:
+            c["end_ts"] = min(c["end_ts"], ctx.ref_s(start))
+        nums = {k: r[k] for k in ("from_bssid", "to_bssid", "gap_s", "last_data_ts", "association_lost_ts",
+                                  "associated_ts", "first_data_ts", "packets_lost", "tcp_retransmissions",
+                                  "rto_expirations")}
+        out.append(_cause(ctx, "handoff", start, end, flows=["tcp_walk"], stations=["sta_walk"],
+                          evidence=f"the station loses AP {r['from_bssid']}'s beacons, scans and joins AP "
+                                   f"{r['to_bssid']} (same SSID, same address): no data between its last "
+                                   "packet through the old AP and its first through the new one; the old "
+                                   "AP keeps retrying frames to it until the switch learns where it went",
+                          numbers=nums))
+        return out
+
+    return Scenario(
+        name="roam", summary="", seconds=seconds, fading_m=3.0, path_loss_exponent=4.0,
+        aps=[{"name": "ap1", "x": 0.0, "y": 0.0}, {"name": "ap2", "x": ROAM_AP2_M, "y": 0.0}],
+        sniffer_position=ROAM_SNIFFER, sniffer_rx_gain_db=ROAM_SNIFFER_GAIN_DB,
+        stations=[Station("sta_walk", ROAM_FROM_M, 0.0, walk_at_s=walk_at, speed_mps=speed,
+                          toward=(ROAM_TO_M, 0.0)),
+                  Station("sta_ap1", 0.0, -6.0), Station("sta_ap2", ROAM_AP2_M, 6.0)],
+        flows=[Flow("tcp_walk", "tcp", "sta_walk", 5001, TRAFFIC_START_S),
+               Flow("udp_ap1", "udp", "sta_ap1", 6001, TRAFFIC_START_S, rate_bps=ROAM_UDP_BPS, size=1000),
+               Flow("udp_ap2", "udp", "sta_ap2", 6002, TRAFFIC_START_S, rate_bps=ROAM_UDP_BPS, size=1000)],
         expect=expect, causes=causes)
 
 

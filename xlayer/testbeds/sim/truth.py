@@ -16,6 +16,8 @@ uid, fragment number) and time (the latest transmission that started before the 
   (ns-3.44 fires no trace for that: the queue length logged at MacTx says so, and the packet never
   reached the air) or its lifetime in the queue expired (``drop_reason`` tells which);
 * ``not_forwarded``: it reached the AP's wired side but never its Wi-Fi MAC (ARP pending queue);
+  (an AP refusing an MSDU for a station not associated with it: ``dropped_at_ap_queue``, reason
+  ``not_associated``);
 * ``in_flight_at_end``: still queued or being retransmitted when the simulation stopped.
 
 truth.json (``xlayer_sim_truth: 1``)::
@@ -42,8 +44,12 @@ truth.json (``xlayer_sim_truth: 1``)::
     tcp             per flow counts; retransmissions [{ts, flow, seq, len, pid, trigger (rto,
                     rto_recovery, fast_recovery, other), spurious, original_ts, original_delivered_ts}];
                     rto_expirations [{ts, flow, rto_s (the timer that expired), backoff, seq, spurious}]
-    events          [{kind: flow_start | associated | association_lost | walk_start | interference |
+    events          [{kind: flow_start | associated | association_lost | walk_start | walk_stop | interference |
                     hidden_node, ts (and start_ts/end_ts for windows), station, ...}]
+    roams           several APs only: [{station, from_ap/to_ap, from_bssid/to_bssid, last_data_ts,
+                    association_lost_ts, associated_ts, first_data_ts, gap_s, old_ap_last_tx_ts,
+                    packets_lost (and by fate), tcp_retransmissions, rto_expirations}]; their
+                    associated/association_lost events carry bssid and ap
     causes          [{cause (field-guide name), role: primary | secondary, start_ts, end_ts, flows,
                     stations, evidence, numbers}]: what an analyzer should attribute, per window
     expect          {holds, detail}: whether the scenario's intended effect showed
@@ -95,7 +101,7 @@ PACKET_COLUMNS = {
     "queue_len_at_enqueue": "packets in the AP's WifiMacQueue when it arrived",
     "queue_max": "the queue's limit in packets",
     "fate": "delivered, dropped_at_ap_queue, failed_after_retry_limit, not_forwarded, in_flight_at_end",
-    "drop_reason": "queue_full, lifetime_expired, retry_limit (null unless dropped)",
+    "drop_reason": "queue_full, lifetime_expired, retry_limit, not_associated (null unless dropped)",
     "t_fate_ns": "delivery to the station's MAC or the drop, reference epoch ns",
     "ap_gave_up": "the AP dropped it after its retry limit (even if the station had received it)",
     "n_attempts": "MPDU transmissions by the AP (all fragments, all retries)",
@@ -304,7 +310,8 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
                 summaries: dict, wall_s: float) -> dict:
     """Build the truth of a finished run; write the Parquet tables into `out`; return truth.json's dict."""
     nodes = result["nodes"]
-    ap_node = nodes["ap"]["node"]
+    # every AP's node (the roaming world has several; the packet table follows a packet through any)
+    ap_nodes = [a["node"] for a in nodes.get("aps", [nodes["ap"]])]
     server_node = nodes["server"]["node"]
     stations = {s["name"]: s for s in nodes["stations"]}
     st_by_node = {s["node"]: s["name"] for s in nodes["stations"]}
@@ -345,6 +352,14 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
     srv = ip_tx.filter((pl.col("node") == server_node) & pl.col("dst").is_in(list(st_by_ip)))
     seen = wired_ap.filter((pl.col("dir") == 0) & (pl.col("pid") > 0)).select(
         "pid", pl.col("frame").alias("ap_wired_frame"), pl.col("t_ns").alias("t_ap_wired_ns"))
+    if len(ap_nodes) > 1:
+        # the other APs' wired ports (logged, not in the bundle: no frame number in it); a packet the
+        # switch floods to several ports keeps its first arrival
+        others = [_read(work, f"wired_ap{i + 1}") for i in range(1, len(ap_nodes))]
+        seen = pl.concat([seen.with_columns(pl.col("ap_wired_frame").cast(pl.Int64))] + [
+            o.filter((pl.col("dir") == 0) & (pl.col("pid") > 0)).select(
+                "pid", pl.lit(None, pl.Int64).alias("ap_wired_frame"), pl.col("t_ns").alias("t_ap_wired_ns"))
+            for o in others]).sort("t_ap_wired_ns").unique("pid", keep="first", maintain_order=True)
     pk = srv.join(seen, on="pid", how="inner")
     pk = pk.join(wired_server.filter((pl.col("dir") == 1) & (pl.col("pid") > 0)).select(
         "pid", pl.col("frame").alias("server_frame"), pl.col("t_ns").alias("t_server_ns")), on="pid", how="left")
@@ -358,16 +373,22 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
     def ev(kind: str, node_expr: pl.Expr) -> pl.DataFrame:
         return mac.filter((pl.col("kind") == kind) & node_expr & (pl.col("pid") > 0))
 
-    enq = ev("enq", pl.col("node") == ap_node).group_by("pid").agg(
+    enq = ev("enq", pl.col("node").is_in(ap_nodes)).group_by("pid").agg(
         pl.col("t_ns").min().alias("t_enqueue_ns"), pl.col("a").first().alias("queue_len_at_enqueue"),
         pl.col("b").first().alias("queue_max"))
     rx = ev("rx", pl.col("node").is_in(list(st_by_node))).group_by("pid").agg(
         pl.col("t_ns").min().alias("t_delivered_ns"))
-    macdrop = ev("macdrop", pl.col("node") == ap_node).group_by("pid").agg(
+    macdrop = ev("macdrop", pl.col("node").is_in(ap_nodes)).group_by("pid").agg(
         pl.col("t_ns").min().alias("t_macdrop_ns"), pl.col("a").first().alias("macdrop_reason"))
-    qdrop = pl.concat([ev("qdrop", pl.col("node") == ap_node), ev("expired", pl.col("node") == ap_node)
+    qdrop = pl.concat([ev("qdrop", pl.col("node").is_in(ap_nodes)), ev("expired", pl.col("node").is_in(ap_nodes))
                        .with_columns(pl.lit("expired").alias("kind"))]).group_by("pid").agg(
         pl.col("t_ns").min().alias("t_qdrop_ns"), pl.col("kind").first().alias("qdrop_kind"))
+    # an AP's MAC refuses an MSDU for a station not associated with it (a station that roamed away)
+    txdrop = ev("txdrop", pl.col("node").is_in(ap_nodes)).group_by("pid").agg(pl.col("t_ns").min().alias("t_txdrop_ns"))
+    qdrop = qdrop.join(txdrop, on="pid", how="full", coalesce=True).with_columns(
+        pl.coalesce("t_qdrop_ns", "t_txdrop_ns").alias("t_qdrop_ns"),
+        pl.when(pl.col("qdrop_kind").is_null() & pl.col("t_txdrop_ns").is_not_null()).then(pl.lit("not_associated"))
+        .otherwise(pl.col("qdrop_kind")).alias("qdrop_kind")).drop("t_txdrop_ns")
 
     # --- the air: every MPDU put on the air, matched to the sniffer's records ---
     tx = tx.with_columns(
@@ -387,7 +408,7 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
                                 "sniffer_retry"), on="tx_row", how="left")
     tx = tx.with_columns(pl.col("sniffer_frame").is_not_null().alias("sniffed"))
     # RTS protection: the AP's previous PSDU was an RTS to the same receiver, just before.
-    ap_tx = tx.filter(pl.col("node") == ap_node).sort("t_ns")
+    ap_tx = tx.filter(pl.col("node").is_in(ap_nodes)).sort("t_ns")
     rts = ap_tx.filter(pl.col("is_rts")).select(pl.col("t_ns").alias("t_rts"), pl.col("ra").alias("rts_ra"))
     prev_ap = ap_tx.select("t_ns").unique().sort("t_ns").with_columns(pl.col("t_ns").shift(1).alias("t_prev"))
     att = ap_tx.filter(pl.col("is_data") & pl.col("pid").is_in(pk.get_column("pid").implode()))
@@ -437,6 +458,7 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
               .when(pl.col("fate") != "dropped_at_ap_queue").then(pl.lit(None, pl.String))
               .when((pl.col("macdrop_reason") == 1) | (pl.col("qdrop_kind") == "expired"))
               .then(pl.lit("lifetime_expired"))
+              .when(pl.col("qdrop_kind") == "not_associated").then(pl.lit("not_associated"))
               .otherwise(pl.lit("queue_full")))
     pk = pk.with_columns(fate.alias("fate")).with_columns(reason.alias("drop_reason"))
     pk = pk.with_columns(
@@ -527,7 +549,7 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
 
     # --- MAC statistics per station ---
     data_tx = tx.filter(pl.col("is_data"))
-    mac_truth = _mac_stats(sc, data_tx, tx, ap_node, st_by_mac, st_by_node, stations)
+    mac_truth = _mac_stats(sc, data_tx, tx, ap_nodes, st_by_mac, st_by_node, stations)
 
     # --- events ---
     events = []
@@ -537,12 +559,19 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
         st = st_by_node.get(r["node"])
         t = _s(r["t_ns"] + BASE)
         if r["kind"] == "assoc":
-            events.append({"kind": "associated", "ts": t, "station": st})
+            events.append({"kind": "associated", "ts": t, "station": st, **_bssid_of(nodes, r["a"])})
         elif r["kind"] == "deassoc":
-            events.append({"kind": "association_lost", "ts": t, "station": st,
+            events.append({"kind": "association_lost", "ts": t, "station": st, **_bssid_of(nodes, r["a"]),
                            "note": "the station missed MaxMissedBeacons beacons in a row"})
+        elif r["kind"] == "walk" and r["a"] == 0 and r["b"] == 0:
+            events.append({"kind": "walk_stop", "ts": t, "station": st, "note": "the station stands still"})
         elif r["kind"] == "walk":
             spec = sc.station(st)
+            if spec.toward is not None:
+                events.append({"kind": "walk_start", "ts": t, "station": st, "speed_mps": spec.speed_mps,
+                               "from": [spec.x, spec.y], "to": list(spec.toward),
+                               "note": "walks in a straight line from `from` to `to` and stops there"})
+                continue
             events.append({"kind": "walk_start", "ts": t, "station": st, "speed_mps": spec.speed_mps,
                            "from_m": round((spec.x ** 2 + spec.y ** 2) ** 0.5, 3),
                            "note": "moves straight away from the AP: distance = from_m + speed_mps * (t - ts)"})
@@ -632,6 +661,8 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
     }
     if nodes.get("interferers"):
         truth["topology"]["interferers"] = nodes["interferers"]
+    if len(ap_nodes) > 1:
+        truth["roams"] = _roams(nodes, mac, tx, packets, tcp_retx, rtos, sock_flow)
     ctx = Context(sc, truth, packets, attempts, tcp_retx, rtos, _read(work, "interferer"))
     truth["causes"] = sc.causes(ctx) if sc.causes else []
     ok, detail = sc.expect(truth) if sc.expect else (True, "")
@@ -639,8 +670,75 @@ def build_truth(sc: Scenario, seed: int, cl: dict, result: dict, work: Path, out
     return truth
 
 
+def _bssid_of(nodes: dict, bssid: int | None) -> dict:
+    """Return {"bssid": ..., "ap": name} for an association event in the several-AP world, else {}."""
+    if "aps" not in nodes or bssid is None:
+        return {}
+    ap = next((a for a in nodes["aps"] if _mac_int(a["bssid"]) == bssid), None)
+    return {"bssid": ap["bssid"] if ap else f"{bssid:012x}", "ap": ap["name"] if ap else None}
+
+
+def _roams(nodes: dict, mac: pl.DataFrame, tx: pl.DataFrame, packets: pl.DataFrame, tcp_retx: pl.DataFrame,
+           rtos: pl.DataFrame, sock_flow: dict) -> list[dict]:
+    """Return every roam of every station: an association with a BSSID other than its previous one, with
+    the last downlink data frame from the old AP before it, the loss and the join, the first data frame
+    from the new AP after it, and the packets lost and TCP recoveries in that gap."""
+    ap_by_bssid = {_mac_int(a["bssid"]): a for a in nodes["aps"]}
+    data = tx.filter(pl.col("is_data") & (pl.col("pid") > 0))
+    out = []
+    for st in nodes["stations"]:
+        ev = mac.filter((pl.col("node") == st["node"]) & pl.col("kind").is_in(["assoc", "deassoc"])).sort("t_ns")
+        prev = None
+        for r in ev.iter_rows(named=True):
+            if r["kind"] != "assoc":
+                continue
+            if prev is not None and r["a"] != prev and prev in ap_by_bssid and r["a"] in ap_by_bssid:
+                out.append(_one_roam(st, ap_by_bssid[prev], ap_by_bssid[r["a"]], r["t_ns"], ev, data, packets,
+                                     tcp_retx, rtos))
+            prev = r["a"]
+    return out
+
+
+def _one_roam(st: dict, old: dict, new: dict, t_assoc: int, ev: pl.DataFrame, data: pl.DataFrame,
+              packets: pl.DataFrame, tcp_retx: pl.DataFrame, rtos: pl.DataFrame) -> dict:
+    """Return one roam of station `st` from AP `old` to AP `new` (joined at simulation ns `t_assoc`): the
+    time without data runs from the last packet the station received through the old AP to the first
+    through the new one."""
+    ra = _mac_int(st["mac"])
+    ta = BASE + t_assoc
+    lost = ev.filter((pl.col("kind") == "deassoc") & (pl.col("t_ns") < t_assoc)).get_column("t_ns")
+    mine = packets.filter((pl.col("station") == st["name"]) & (pl.col("fate") == "delivered"))
+    last = mine.filter(pl.col("t_fate_ns") < ta).get_column("t_fate_ns").max()
+    first = mine.filter(pl.col("t_fate_ns") > ta).get_column("t_fate_ns").min()
+    old_tx = data.filter((pl.col("node") == old["node"]) & (pl.col("ra") == ra)).get_column("t_ns")
+    lo = last if last is not None else ta
+    hi = first if first is not None else ta
+    # packets lost around the roam: sent to the station (AP wired side) from a second before its last
+    # packet through the old AP until its first through the new one, never delivered
+    gone = packets.filter((pl.col("station") == st["name"]) & (pl.col("fate") != "delivered")
+                          & pl.col("t_ap_wired_ns").is_between(lo - 10**9, hi))
+    retx = tcp_retx.filter(pl.col("t_ns").is_between(lo, hi)).height if tcp_retx.height else 0
+    n_rto = rtos.filter(pl.col("t_ns").is_between(lo, hi)).height if rtos.height else 0
+    return {"station": st["name"], "from_ap": old["name"], "to_ap": new["name"], "from_bssid": old["bssid"],
+            "to_bssid": new["bssid"], "last_data_ts": _s(last),
+            "association_lost_ts": _s(BASE + lost.max()) if lost.len() else None,
+            "associated_ts": _s(ta), "first_data_ts": _s(first),
+            "gap_s": round((first - last) / 1e9, 6) if first is not None and last is not None else None,
+            "old_ap_last_tx_ts": _s(BASE + old_tx.max()) if old_tx.len() else None,
+            "packets_lost": gone.height,
+            "packets_lost_by_fate": {f: n for f, n in gone.group_by("fate").len().sort("fate").iter_rows()},
+            "tcp_retransmissions": retx, "rto_expirations": n_rto,
+            "note": "last/first data: packets the station's MAC received before/after joining the new AP; "
+                    "the old AP does not know the station left and keeps sending to it "
+                    "(old_ap_last_tx_ts); the loss is the station's MaxMissedBeacons"}
+
+
 def _path_text(sc: Scenario) -> str:
     """Return the topology line of truth.json: the wired link as the scenario built it."""
+    if sc.aps:
+        return (f"server --CSMA 1 Gbit/s-- switch --CSMA-- {len(sc.aps)} APs (bridges, one subnet, SSID "
+                f"{sc.ssid!r}, one channel) ~~802.11~~ stations; sniffer at {list(sc.sniffer_position or ())}, "
+                f"antenna gain {sc.sniffer_rx_gain_db:g} dB; ap_wired.pcap is {sc.aps[0]['name']}'s port")
     wired = "CSMA 1 Gbit/s" if sc.wired_delay_ms is None else \
         f"point-to-point 1 Gbit/s, {sc.wired_delay_ms:g} ms one way"
     hidden = f"; hidden nodes (ad hoc, outside the BSS): {len(sc.interferers)}" if sc.interferers else ""
@@ -686,7 +784,7 @@ def _clock_truth(cl: dict) -> dict:
     return out
 
 
-def _mac_stats(sc: Scenario, data_tx: pl.DataFrame, tx: pl.DataFrame, ap_node: int, st_by_mac: dict,
+def _mac_stats(sc: Scenario, data_tx: pl.DataFrame, tx: pl.DataFrame, ap_nodes: list[int], st_by_mac: dict,
                st_by_node: dict, stations: dict) -> dict:
     """Per-station retries, rates and airtime, from every MPDU put on the air."""
     out: dict[str, Any] = {"stations": {}}
@@ -695,9 +793,9 @@ def _mac_stats(sc: Scenario, data_tx: pl.DataFrame, tx: pl.DataFrame, ap_node: i
     per: dict[str, dict] = {}
     for mac_i, name in st_by_mac.items():
         node = stations[name]["node"]
-        down = data_tx.filter((pl.col("node") == ap_node) & (pl.col("ra") == mac_i))
+        down = data_tx.filter(pl.col("node").is_in(ap_nodes) & (pl.col("ra") == mac_i))
         up = data_tx.filter(pl.col("node") == node)
-        air = int(psdu.filter(((pl.col("node") == ap_node) & (pl.col("ra") == mac_i)) | (pl.col("node") == node))
+        air = int(psdu.filter((pl.col("node").is_in(ap_nodes) & (pl.col("ra") == mac_i)) | (pl.col("node") == node))
                   .get_column("dur_ns").sum() or 0)
         total_air += air
         n = down.height + up.height
@@ -724,7 +822,7 @@ def _mac_stats(sc: Scenario, data_tx: pl.DataFrame, tx: pl.DataFrame, ap_node: i
     for name, d in per.items():
         d["airtime_share"] = round(d["airtime_s"] * 1e9 / total_air, 4) if total_air else 0.0
         out["stations"][name] = d
-    ap_data = data_tx.filter(pl.col("node") == ap_node)
+    ap_data = data_tx.filter(pl.col("node").is_in(ap_nodes))
     out["fragments_sent"] = ap_data.filter(pl.col("more_frag") | (pl.col("frag") > 0)).height
     out["rts_sent"] = tx.filter(pl.col("is_rts")).height
     out["cts_sent"] = tx.filter(pl.col("is_cts")).height
@@ -765,7 +863,9 @@ def write_bundle(sc: Scenario, seed: int, truth: dict, out: Path, summaries: dic
     b = Bundle(
         captures=[
             entry("sniffer", "air", "sniffer",
-                  "passive monitor 1.5 m from the AP (radiotap, DLT 127): misses what it cannot decode; "
+                  ("passive monitor 1.5 m from the AP" if not sc.aps else
+                   f"passive monitor at {list(sc.sniffer_position or ())} m, between the {len(sc.aps)} APs "
+                   "(one channel)") + " (radiotap, DLT 127): misses what it cannot decode; "
                   "pcap timestamps at the end of reception; radiotap TSFT is the NIC's own TSF counter "
                   f"(first bit); snaplen {sc.snaplen_air} (radiotap and 802.11 to TCP headers; "
                   "payload and FCS cut, wire length kept)", channel=chan, iface="sim-mon0",

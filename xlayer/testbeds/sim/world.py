@@ -146,22 +146,8 @@ def _interferer(ns, x, sc: dict, it: dict, index: int, chan, keep: list) -> dict
             "mac": _mac(devs.Get(0)), "peer_mac": _mac(devs.Get(1)), **geo}
 
 
-def simulate(job: dict) -> dict:
-    """Build the scenario in `job`, run it, write its files; return what the parent needs to know."""
-    from ns import ns  # noqa: PLC0415
-
-    from xlayer.testbeds.sim import native  # noqa: PLC0415
-
-    x = native.load()
-    sc = job["scenario"]
-    work = Path(job["workdir"])
-    (work / "log").mkdir(parents=True, exist_ok=True)
-    keep: list = []
-
-    ns.RngSeedManager.SetSeed(int(job["seed"]))
-    ns.RngSeedManager.SetRun(1)
-
-    # --- defaults before anything is created ---
+def _defaults(ns, sc: dict) -> None:
+    """Set the ns-3 defaults of scenario `sc` (before anything is created)."""
     sd = ns.Config.SetDefault
     sd("ns3::TcpL4Protocol::SocketType", ns.StringValue(sc["tcp_cc"]))
     sd("ns3::TcpSocket::SegmentSize", ns.UintegerValue(sc["segment_size"]))
@@ -186,6 +172,277 @@ def simulate(job: dict) -> dict:
     if sc["rate_manager"] == "constant":
         sd("ns3::ConstantRateWifiManager::DataMode", ns.StringValue(sc["data_mode"]))
         sd("ns3::ConstantRateWifiManager::ControlMode", ns.StringValue(sc["control_mode"] or sc["data_mode"]))
+
+
+def _traffic_and_run(ns, x, sc: dict, work: Path, files: dict, server_node, stas, server_ip, sta_ip,
+                     keep: list) -> tuple[float, dict]:
+    """Install the scenario's flows and the TCP sampler, run the simulation and close the captures;
+    return (wall seconds of the run, bytes each flow's sink received)."""
+    # --- traffic ---
+    index = {st["name"]: i for i, st in enumerate(sc["stations"])}
+    apps = []
+    sinks = {}
+    first_tcp = None
+    for fl in sc["flows"]:
+        i = index[fl["station"]]
+        factory = "ns3::TcpSocketFactory" if fl["proto"] == "tcp" else "ns3::UdpSocketFactory"
+        up = fl.get("uplink", False)
+        if up and fl["proto"] != "udp":
+            raise ValueError(f"flow {fl['name']}: uplink flows are UDP only")
+        # downlink: server -> station; uplink: station -> server
+        src_node, dst_node = (stas.Get(i), server_node) if up else (server_node, stas.Get(i))
+        dst_ip = server_ip if up else sta_ip(i)
+        sink = ns.PacketSinkHelper(factory, ns.InetSocketAddress(ns.Ipv4Address.GetAny(), fl["port"]).ConvertTo())
+        sink_app = sink.Install(dst_node)
+        sink_app.Start(ns.Seconds(0.0))
+        remote = ns.InetSocketAddress(dst_ip, fl["port"]).ConvertTo()
+        if fl["proto"] == "tcp":
+            src = ns.BulkSendHelper(factory, remote)
+            src.SetAttribute("MaxBytes", ns.UintegerValue(0))
+            src.SetAttribute("SendSize", ns.UintegerValue(sc["segment_size"] * 8))
+            # BulkSend opens its socket in StartApplication: hook it right after.
+            x.ScheduleTcpHook(server_node, server_node.GetId(), fl["start_s"] + 1e-6)
+            first_tcp = fl["start_s"] if first_tcp is None else min(first_tcp, fl["start_s"])
+        else:
+            src = ns.OnOffHelper(factory, remote)
+            src.SetConstantRate(ns.DataRate(int(fl["rate_bps"])), int(fl["size"]))
+        src_app = src.Install(src_node)
+        src_app.Start(ns.Seconds(fl["start_s"]))
+        if fl["stop_s"] is not None:
+            src_app.Stop(ns.Seconds(fl["stop_s"]))
+        sinks[fl["name"]] = sink_app.Get(0)
+        apps += [sink, sink_app, src, src_app]
+    keep += apps
+    if first_tcp is not None:
+        x.StartSampler(str(work / files["tcp"]), server_node.GetId(), first_tcp + 2e-6,
+                       sc["sample_interval_s"], CLOCK_IDS["server"])
+    else:
+        # No TCP socket to sample (UDP-only scenarios): the bundle still gets its (empty) state file.
+        (work / files["tcp"]).write_bytes(b"")
+
+    ns.Simulator.Stop(ns.Seconds(sc["seconds"]))
+    t0 = time.monotonic()
+    ns.Simulator.Run()
+    wall = time.monotonic() - t0
+    x.CloseAll()
+
+    sink_rx = {}
+    for name, app in sinks.items():
+        sink_rx[name] = int(x.SinkRx(app))
+    return wall, sink_rx
+
+
+def _wifi_helpers(ns, sc: dict, chan) -> tuple:
+    """Return (phy, wifi) helpers for the scenario's standard and rate manager on channel `chan`."""
+    std = sc["standard"]
+    phy = ns.YansWifiPhyHelper()
+    phy.SetChannel(chan)
+    phy.Set("ChannelSettings", ns.StringValue(CHANNEL[std]))
+    wifi = ns.WifiHelper()
+    wifi.SetStandard({"g": ns.WIFI_STANDARD_80211g, "n": ns.WIFI_STANDARD_80211n,
+                      "ac": ns.WIFI_STANDARD_80211ac, "ax": ns.WIFI_STANDARD_80211ax}[std])
+    wifi.SetRemoteStationManager({"minstrel": "ns3::MinstrelWifiManager",
+                                  "minstrel_ht": "ns3::MinstrelHtWifiManager",
+                                  "ideal": "ns3::IdealWifiManager",
+                                  "constant": "ns3::ConstantRateWifiManager"}[sc["rate_manager"]])
+    if std != "g":
+        wifi.ConfigHtOptions("ShortGuardIntervalSupported", ns.BooleanValue(True))
+    wifi.DisableFlowControl()
+    return phy, wifi
+
+
+def _container(ns, *items):
+    """Return a NodeContainer or NetDeviceContainer (by the first item's kind) holding `items`."""
+    c = ns.NodeContainer() if hasattr(items[0], "GetId") else ns.NetDeviceContainer()
+    for it in items:
+        c.Add(it)
+    return c
+
+
+def _simulate_aps(ns, x, job: dict, sc: dict, work: Path, keep: list) -> dict:
+    """Build and run the world of several APs (scenario field ``aps``); return what `simulate` returns.
+
+    server --CSMA-- switch --CSMA-- AP1, AP2 (each bridging its wired port and its Wi-Fi BSS, one IP
+    subnet, same SSID, same channel): a station keeps its address when it moves to another AP.  Stations
+    probe actively, so one that misses its AP's beacons scans and joins the best AP it hears; after every
+    association it sends a gratuitous ARP, so the learning switch sends its packets to its new AP.
+    """
+    aps_spec = sc["aps"]
+    # --- nodes: server 0, APs 1.., switch, stations, sniffer last ---
+    server = ns.NodeContainer()
+    server.Create(1)
+    aps = ns.NodeContainer()
+    aps.Create(len(aps_spec))
+    switch = ns.NodeContainer()
+    switch.Create(1)
+    stas = ns.NodeContainer()
+    stas.Create(len(sc["stations"]))
+    sniffer = ns.NodeContainer()
+    sniffer.Create(1)
+    keep += [server, aps, switch, stas, sniffer]
+
+    # --- wired: one 2-node CSMA link per port of the switch (a switch port sees only its own traffic) ---
+    links = [wired_link(ns, server.Get(0), switch.Get(0))]
+    links += [wired_link(ns, switch.Get(0), aps.Get(i)) for i in range(aps.GetN())]
+    keep += links
+    server_dev = links[0][2].Get(0)
+    ap_wired = [links[1 + i][2].Get(1) for i in range(aps.GetN())]
+    bridge = ns.BridgeHelper()
+    keep.append(bridge)
+    keep.append(bridge.Install(switch.Get(0), _container(ns, *[lk[2].Get(1) if k == 0 else lk[2].Get(0)
+                                                                for k, lk in enumerate(links)])))
+
+    # --- wireless: one channel, every AP on it with the same SSID ---
+    channel = ns.YansWifiChannelHelper()
+    channel.SetPropagationDelay("ns3::ConstantSpeedPropagationDelayModel")
+    channel.AddPropagationLoss("ns3::LogDistancePropagationLossModel",
+                               "Exponent", ns.DoubleValue(sc["path_loss_exponent"]),
+                               "ReferenceLoss", ns.DoubleValue(REF_LOSS_DB[sc["standard"]]))
+    if sc["fading_m"] > 0:
+        m = ns.DoubleValue(sc["fading_m"])
+        channel.AddPropagationLoss("ns3::NakagamiPropagationLossModel", "m0", m, "m1", m, "m2", m)
+    chan = channel.Create()
+    phy, wifi = _wifi_helpers(ns, sc, chan)
+    ssid = ns.Ssid(sc["ssid"])
+    mac = ns.WifiMacHelper()
+    # Active probing: after MaxMissedBeacons the station scans with probe requests and joins the AP it
+    # hears best (passive scanning would wait for beacons).
+    mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ssid), "ActiveProbing", ns.BooleanValue(True))
+    sta_devs = wifi.Install(phy, mac, stas)
+    mac.SetType("ns3::ApWifiMac", "Ssid", ns.SsidValue(ssid))
+    ap_devs = wifi.Install(phy, mac, aps)
+    mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ns.Ssid("xlayer-nobody")),
+                "ActiveProbing", ns.BooleanValue(False))
+    # A monitor with a better antenna than the stations' (as a survey setup has): it hears both BSSs.
+    phy.Set("RxGain", ns.DoubleValue(float(sc.get("sniffer_rx_gain_db", 0.0))))
+    sniff_devs = wifi.Install(phy, mac, sniffer)
+    keep += [channel, chan, phy, wifi, ssid, mac, sta_devs, ap_devs, sniff_devs]
+    ns.WifiHelper.AssignStreams(sta_devs, 100)
+    ns.WifiHelper.AssignStreams(ap_devs, 200)
+    ns.WifiHelper.AssignStreams(sniff_devs, 300)
+    for i in range(aps.GetN()):
+        keep.append(bridge.Install(aps.Get(i), _container(ns, ap_wired[i], ap_devs.Get(i))))
+
+    # --- positions ---
+    fixed = ns.MobilityHelper()
+    fixed.SetMobilityModel("ns3::ConstantPositionMobilityModel")
+    moving = ns.MobilityHelper()
+    moving.SetMobilityModel("ns3::ConstantVelocityMobilityModel")
+    keep += [fixed, moving]
+    for c in (server, aps, switch, sniffer):
+        fixed.Install(c)
+    for i, st in enumerate(sc["stations"]):
+        (moving if st["walk_at_s"] is not None else fixed).Install(stas.Get(i))
+
+    def place(node, px: float, py: float) -> None:
+        node.GetObject[ns.MobilityModel]().SetPosition(ns.Vector(px, py, 0.0))
+
+    place(server.Get(0), -10.0, 0.0)
+    place(switch.Get(0), -5.0, 0.0)
+    for i, a in enumerate(aps_spec):
+        place(aps.Get(i), a["x"], a["y"])
+    sx, sy = sc["sniffer_position"]
+    place(sniffer.Get(0), sx, sy)
+    for i, st in enumerate(sc["stations"]):
+        place(stas.Get(i), st["x"], st["y"])
+
+    # --- IP: the server and the stations on one subnet; the APs and the switch are bridges ---
+    internet = ns.InternetStackHelper()
+    internet.Install(server)
+    internet.Install(stas)
+    addr = ns.Ipv4AddressHelper()
+    addr.SetBase(ns.Ipv4Address(WIFI_NET), ns.Ipv4Mask("255.255.255.0"))
+    srv_ifs = addr.Assign(_container(ns, server_dev))
+    sta_ifs = addr.Assign(sta_devs)
+    keep += [internet, addr, srv_ifs, sta_ifs]
+    hosts = [server.Get(0)] + [stas.Get(i) for i in range(stas.GetN())]
+    ok = all(x.StaticArp(a, b) for a in hosts for b in hosts if a.GetId() != b.GetId())
+    for i in range(stas.GetN()):
+        ok &= x.AnnounceAfterAssociation(sta_devs.Get(i), stas.Get(i))
+
+    # --- captures, clocks and truth logs ---
+    for name, c in job["clocks"].items():
+        x.SetClock(CLOCK_IDS[name], int(c["l0_ns"]), float(c["rate"]), float(c["sigma_ns"]),
+                   float(c["bound_ns"]), int(c["seed"]))
+    x.SetLogDir(str(work / "log"))
+    files = job["files"]
+    ok &= x.OpenAir(sniff_devs.Get(0), str(work / files["sniffer"]), sc["snaplen_air"], True,
+                    CLOCK_IDS["sniffer"], CLOCK_IDS["sniffer_tsf"], True, 0, True)
+    ok &= x.OpenWired(0, server_dev, str(work / files["server"]), sc["snaplen_wired"], True,
+                      CLOCK_IDS["server"], True, "wired_server")
+    ok &= x.OpenWired(1, ap_wired[0], str(work / files["ap_wired"]), sc["snaplen_wired"], True,
+                      CLOCK_IDS["ap"], True, "wired_ap")
+    # The other APs' wired ports: truth logs only (their pcaps stay in the work directory).
+    for i in range(1, aps.GetN()):
+        ok &= x.OpenWired(1 + i, ap_wired[i], str(work / f"ap{i + 1}_wired.pcap"), sc["snaplen_wired"], True,
+                          CLOCK_IDS["ap"], True, f"wired_ap{i + 1}")
+    # A bridged AP forwards the server's own frames: the station's peer on Ethernet is the server.
+    ok &= x.OpenClient(sta_devs.Get(0), server_dev, str(work / files["client"]), sc["snaplen_wired"],
+                       CLOCK_IDS["client"])
+    ok &= x.HookIp(server.Get(0))
+    for i in range(stas.GetN()):
+        ok &= x.HookIp(stas.Get(i))
+    for i in range(aps.GetN()):
+        ok &= x.HookWifi(ap_devs.Get(i), aps.Get(i).GetId(), True)
+    for i in range(stas.GetN()):
+        ok &= x.HookWifi(sta_devs.Get(i), stas.Get(i).GetId(), False)
+    if not ok:
+        raise RuntimeError("could not open the captures, fill the ARP caches or hook the Wi-Fi devices")
+
+    # --- walks: a walking station heads for the point its scenario names and stops there (without
+    # one: straight away from the origin, as in the one-AP world) ---
+    for i, st in enumerate(sc["stations"]):
+        if st["walk_at_s"] is not None and st["speed_mps"]:
+            tx_, ty_ = st.get("toward") or (2 * st["x"], 2 * st["y"])
+            dx, dy = tx_ - st["x"], ty_ - st["y"]
+            norm = (dx * dx + dy * dy) ** 0.5 or 1.0
+            x.ScheduleVelocity(stas.Get(i), stas.Get(i).GetId(), float(st["walk_at_s"]),
+                               st["speed_mps"] * dx / norm, st["speed_mps"] * dy / norm)
+            if st.get("toward"):
+                x.ScheduleVelocity(stas.Get(i), stas.Get(i).GetId(),
+                                   float(st["walk_at_s"]) + norm / st["speed_mps"], 0.0, 0.0)
+
+    wall, sink_rx = _traffic_and_run(ns, x, sc, work, files, server.Get(0), stas, srv_ifs.GetAddress(0),
+                                     sta_ifs.GetAddress, keep)
+    ap_nodes = [{"name": a["name"], "node": aps.Get(i).GetId(), "wired_ip": None,
+                 "wired_mac": _mac(ap_wired[i]), "wifi_ip": None, "bssid": _mac(ap_devs.Get(i)),
+                 "position": [a["x"], a["y"]]} for i, a in enumerate(aps_spec)]
+    result = {
+        "sim_wall_s": wall, "sim_seconds": sc["seconds"], "air_frames": int(x.AirFrames()),
+        "tcp_samples": int(x.SamplerRows()), "sink_rx_bytes": sink_rx,
+        "nodes": {
+            "server": {"node": server.Get(0).GetId(), "ip": _addr(ns, srv_ifs, 0), "mac": _mac(server_dev)},
+            "ap": ap_nodes[0],
+            "aps": ap_nodes,
+            "switch": {"node": switch.Get(0).GetId()},
+            "stations": [{"name": st["name"], "node": stas.Get(i).GetId(), "ip": _addr(ns, sta_ifs, i),
+                          "mac": _mac(sta_devs.Get(i))} for i, st in enumerate(sc["stations"])],
+            "sniffer": {"node": sniffer.Get(0).GetId(), "mac": _mac(sniff_devs.Get(0)), "position": [sx, sy]},
+        },
+    }
+    (work / "result.json").write_text(json.dumps(result, indent=1))
+    job["_keep"] = keep
+    return result
+
+
+def simulate(job: dict) -> dict:
+    """Build the scenario in `job`, run it, write its files; return what the parent needs to know."""
+    from ns import ns  # noqa: PLC0415
+
+    from xlayer.testbeds.sim import native  # noqa: PLC0415
+
+    x = native.load()
+    sc = job["scenario"]
+    work = Path(job["workdir"])
+    (work / "log").mkdir(parents=True, exist_ok=True)
+    keep: list = []
+
+    ns.RngSeedManager.SetSeed(int(job["seed"]))
+    ns.RngSeedManager.SetRun(1)
+
+    _defaults(ns, sc)
+    if sc.get("aps"):
+        return _simulate_aps(ns, x, job, sc, work, keep)
 
     # --- nodes: server 0, AP 1, stations 2.., sniffer last ---
     server = ns.NodeContainer()
@@ -325,57 +582,8 @@ def simulate(job: dict) -> dict:
         for start, end in st["deaf"]:
             x.ScheduleDeaf(sta_devs.Get(i), node.GetId(), float(start), float(end))
 
-    # --- traffic ---
-    index = {st["name"]: i for i, st in enumerate(sc["stations"])}
-    apps = []
-    sinks = {}
-    first_tcp = None
-    for fl in sc["flows"]:
-        i = index[fl["station"]]
-        factory = "ns3::TcpSocketFactory" if fl["proto"] == "tcp" else "ns3::UdpSocketFactory"
-        up = fl.get("uplink", False)
-        if up and fl["proto"] != "udp":
-            raise ValueError(f"flow {fl['name']}: uplink flows are UDP only")
-        # downlink: server -> station; uplink: station -> server
-        src_node, dst_node = (stas.Get(i), server.Get(0)) if up else (server.Get(0), stas.Get(i))
-        dst_ip = wired_ifs.GetAddress(0) if up else sta_ifs.GetAddress(i)
-        sink = ns.PacketSinkHelper(factory, ns.InetSocketAddress(ns.Ipv4Address.GetAny(), fl["port"]).ConvertTo())
-        sink_app = sink.Install(dst_node)
-        sink_app.Start(ns.Seconds(0.0))
-        remote = ns.InetSocketAddress(dst_ip, fl["port"]).ConvertTo()
-        if fl["proto"] == "tcp":
-            src = ns.BulkSendHelper(factory, remote)
-            src.SetAttribute("MaxBytes", ns.UintegerValue(0))
-            src.SetAttribute("SendSize", ns.UintegerValue(sc["segment_size"] * 8))
-            # BulkSend opens its socket in StartApplication: hook it right after.
-            x.ScheduleTcpHook(server.Get(0), server.Get(0).GetId(), fl["start_s"] + 1e-6)
-            first_tcp = fl["start_s"] if first_tcp is None else min(first_tcp, fl["start_s"])
-        else:
-            src = ns.OnOffHelper(factory, remote)
-            src.SetConstantRate(ns.DataRate(int(fl["rate_bps"])), int(fl["size"]))
-        src_app = src.Install(src_node)
-        src_app.Start(ns.Seconds(fl["start_s"]))
-        if fl["stop_s"] is not None:
-            src_app.Stop(ns.Seconds(fl["stop_s"]))
-        sinks[fl["name"]] = sink_app.Get(0)
-        apps += [sink, sink_app, src, src_app]
-    keep += apps
-    if first_tcp is not None:
-        x.StartSampler(str(work / files["tcp"]), server.Get(0).GetId(), first_tcp + 2e-6,
-                       sc["sample_interval_s"], CLOCK_IDS["server"])
-    else:
-        # No TCP socket to sample (UDP-only scenarios): the bundle still gets its (empty) state file.
-        (work / files["tcp"]).write_bytes(b"")
-
-    ns.Simulator.Stop(ns.Seconds(sc["seconds"]))
-    t0 = time.monotonic()
-    ns.Simulator.Run()
-    wall = time.monotonic() - t0
-    x.CloseAll()
-
-    sink_rx = {}
-    for name, app in sinks.items():
-        sink_rx[name] = int(x.SinkRx(app))
+    wall, sink_rx = _traffic_and_run(ns, x, sc, work, job["files"], server.Get(0), stas, wired_ifs.GetAddress(0),
+                                     sta_ifs.GetAddress, keep)
 
     stations = []
     for i, st in enumerate(sc["stations"]):

@@ -4,6 +4,10 @@
 // after ns-3's own libraries and headers are loaded; its docstring describes what each part does.
 
 #include "ns3/ampdu-subframe-header.h"
+#include "ns3/arp-cache.h"
+#include "ns3/arp-header.h"
+#include "ns3/arp-l3-protocol.h"
+#include "ns3/ipv4-interface.h"
 #include "ns3/constant-velocity-mobility-model.h"
 #include "ns3/error-model.h"
 #include "ns3/ipv4-end-point.h"
@@ -1627,6 +1631,65 @@ SinkRx(Ptr<Application> a)
 {
     auto s = DynamicCast<PacketSink>(a);
     return s ? s->GetTotalRx() : 0;
+}
+
+// ------------------------------------------------------------------------------------------------
+// several APs bridged onto one LAN (the roaming scenario)
+
+// A permanent ARP entry in `n`'s interface 1 for `peer`'s interface 1: no address resolution, as
+// NeighborCacheHelper gives the one-AP world (it stops at a channel's edge, so not across bridges).
+bool
+StaticArp(Ptr<Node> n, Ptr<Node> peer)
+{
+    Ptr<Ipv4L3Protocol> a = n->GetObject<Ipv4L3Protocol>();
+    Ptr<Ipv4L3Protocol> b = peer->GetObject<Ipv4L3Protocol>();
+    if (!a || !b || a->GetNInterfaces() < 2 || b->GetNInterfaces() < 2)
+    {
+        return false;
+    }
+    Ptr<ArpCache> cache = a->GetInterface(1)->GetArpCache();
+    if (!cache)
+    {
+        return false;
+    }
+    ArpCache::Entry* e = cache->Add(b->GetAddress(1, 0).GetLocal());
+    e->SetMacAddress(b->GetInterface(1)->GetDevice()->GetAddress());
+    e->MarkPermanent();
+    return true;
+}
+
+// A gratuitous ARP request (sender and target: the station's own address, to broadcast), as a
+// station announces itself after joining a BSS: the bridges between the APs and the server learn
+// which AP's port leads to it (else they keep sending its packets to the AP it left).
+static void
+SendGratuitousArp(Ptr<WifiNetDevice> dev, Ipv4Address ip)
+{
+    Ptr<Packet> p = Create<Packet>();
+    ArpHeader arp;
+    Mac48Address self = Mac48Address::ConvertFrom(dev->GetAddress());
+    arp.SetRequest(self, ip, Mac48Address::GetBroadcast(), ip);
+    p->AddHeader(arp);
+    dev->Send(p, Mac48Address::GetBroadcast(), ArpL3Protocol::PROT_NUMBER);
+}
+
+static void
+AnnounceOnAssoc(Ptr<WifiNetDevice> dev, Ipv4Address ip, Mac48Address bssid)
+{
+    Simulator::ScheduleNow(&SendGratuitousArp, dev, ip);
+}
+
+bool
+AnnounceAfterAssociation(Ptr<NetDevice> nd, Ptr<Node> n)
+{
+    auto dev = DynamicCast<WifiNetDevice>(nd);
+    Ptr<Ipv4L3Protocol> ip = n->GetObject<Ipv4L3Protocol>();
+    if (!dev || !ip || ip->GetNInterfaces() < 2)
+    {
+        return false;
+    }
+    dev->GetMac()->TraceConnectWithoutContext(
+        "Assoc", MakeBoundCallback(&AnnounceOnAssoc, dev, ip->GetAddress(1, 0).GetLocal()));
+    return true;
 }
 
 // ------------------------------------------------------------------------------------------------
