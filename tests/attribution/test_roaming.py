@@ -167,3 +167,39 @@ def test_roam_back_is_a_second_roam(tmp_path):
     rs = handoff.roams(_ctx(air_bundle(tmp_path / "back", air)))
     assert [(r["from_bssid"], r["to_bssid"], r["gap_ns"]) for r in rs] == [
         (A, B, 210_000_000), (B, A, 510_000_000)]
+
+
+def _silent_bundle(d: Path, answered: bool) -> Path:
+    """STA: data with A until 0.99 s, then nothing from it; under a Block Ack agreement A asks it with a
+    BlockAckReq every 5 ms (answered by a BlockAck from STA when `answered`); STAY_A keeps its data."""
+    from scapy.layers.dot11 import Dot11
+
+    air = Air()
+    air.beacons(A, "net", 0, 2.0)
+    air.stream(A, STA, 0.0, 1.0)
+    air.stream(A, STAY_A, 0.005, 2.0)
+    for i in range(150):
+        t = 1.002 + i * 5 * MS
+        air.add(t, Dot11(type=1, subtype=8, addr1=STA, addr2=A) / b"\x04\x00\x00\x00")
+        if answered:
+            air.add(t + 0.05 * MS, Dot11(type=1, subtype=9, addr1=A, addr2=STA) / (b"\x04\x00\x00\x00" + bytes(8)))
+    return air_bundle(d, air)
+
+
+def test_unanswered_block_ack_requests_are_a_lost_association(tmp_path):
+    """A station gone under a Block Ack agreement: the AP sends BlockAckReqs, not the data again; 150 of
+    them unanswered after its last frame are the lost association, and the finding says what they were."""
+    ctx = _ctx(_silent_bundle(tmp_path / "b", answered=False))
+    lost = [x for x in handoff._lost(ctx) if x["station"] == STA]
+    assert len(lost) == 1 and lost[0]["bars"] == 150 and lost[0]["unanswered"] == 150
+    assert lost[0]["ts_ns"] == T0_NS + 990_000_000        # the last data frame it acknowledged
+    f = handoff.score(ctx, handoff.Window(T0_NS + 980_000_000, T0_NS + 2_000_000_000))
+    assert f is not None and f.cause == "handoff"
+    assert "0 data transmissions and 150 Block Ack requests, unanswered" in f.summary
+    assert f.numbers["block_ack_requests"] == 150
+
+
+def test_answered_block_ack_requests_are_no_lost_association(tmp_path):
+    """The same requests answered by the station's BlockAcks: it is alive, no handoff."""
+    ctx = _ctx(_silent_bundle(tmp_path / "b", answered=True))
+    assert [x for x in handoff._lost(ctx) if x["station"] == STA] == []

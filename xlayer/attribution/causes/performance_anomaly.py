@@ -12,6 +12,8 @@ busy, so this cause also proposes those windows.
 """
 from __future__ import annotations
 
+from statistics import median
+
 import polars as pl
 
 from xlayer.attribution.causes import delaysplit
@@ -120,6 +122,29 @@ def _runs(good: list[bool], lo: int) -> list[tuple[int, int]]:
     return out
 
 
+def _weak_link_in(ctx: Context, station: str, s: int, e: int) -> bool | None:
+    """Return whether `station`'s link is weak against the others' within [s, e) (None: not measured there)."""
+    w = Window(s, e)
+    rates, sig = delaysplit._rates(ctx, w), delaysplit._signals(ctx, w)
+    others = [r for st, r in rates.items() if st != station]
+    if rates.get(station) is None or not others:
+        return None
+    osig = [v for st, v in sig.items() if st != station]
+    below = median(osig) - sig[station] if station in sig and osig else None
+    h = delaysplit.Hog(station, 0.0, 0.0, 0.0, 0.0, 0.0, rates[station], median(others), below, 0.0, 0.0)
+    return h.weak_link
+
+
+def _trim_strong(ctx: Context, station: str, s: int, e: int) -> tuple[int, int]:
+    """Return [s, e) less its leading and trailing seconds where the slow station's link was not yet (or
+    no longer) weak: a station that walks away is slow only from some point of its span on."""
+    while e - s > STEP_NS and _weak_link_in(ctx, station, s, s + STEP_NS) is False:
+        s += STEP_NS
+    while e - s > STEP_NS and _weak_link_in(ctx, station, e - STEP_NS, e) is False:
+        e -= STEP_NS
+    return s, e
+
+
 def _propose_hog(ctx: Context) -> list[Window]:
     """Return the spans (1 s steps) where one station on a weak link holds the AP's transmit line."""
     d = ctx.table("delay")
@@ -135,8 +160,9 @@ def _propose_hog(ctx: Context) -> list[Window]:
         span = ctx.between("delay", s, e + 1)
         h = delaysplit.find_hog(ctx, Window(s, e + 1), span)
         if h is not None and h.station == st and _hog_conf(h) >= 0.4:
-            stations = sorted(span["station"].drop_nulls().unique().to_list())
-            return [Window(s, e + 1, ctx.flows_of(stations), stations, kind="sustained", proposer=NAME)]
+            s, e = _trim_strong(ctx, st, s, e + 1)
+            stations = sorted(ctx.between("delay", s, e)["station"].drop_nulls().unique().to_list())
+            return [Window(s, e, ctx.flows_of(stations), stations, kind="sustained", proposer=NAME)]
         break                   # only the slowest station can be the one holding the line
     good = []
     for t in range(lo, hi + 1, STEP_NS):
