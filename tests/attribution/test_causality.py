@@ -346,6 +346,12 @@ def test_truth_causes_of_two_injections_are_two_events():
     assert len(_events({"causes": both})) == 2
     # truths without tags (lab bundles) keep grouping by overlap
     assert len(_events({"causes": [c("rts_overhead", 1.0, 8.0), c("rate_change", 3.0, 6.0)]})) == 1
+    # one injection's chain whose windows barely overlap (the RTOs fire as the deaf burst ends) is one event;
+    # a walk's rate change and the lost association that follows it, windows touching, are two
+    late = [c("mac_retries", 2.42, 3.13, "delay_spike"), c("spurious_rto", 3.0, 3.36, "delay_spike")]
+    assert len(_events({"causes": late})) == 1
+    walk = [c("rate_change", 2.5, 5.57, "walkaway"), c("handoff", 5.57, 8.83, "walkaway")]
+    assert len(_events({"causes": walk})) == 2
 
 
 @pytest.mark.parametrize("burst", [True, False])

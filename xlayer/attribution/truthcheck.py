@@ -3,8 +3,9 @@
 A truth event is a `primary` cause of truth.json (ns-3 bundles; lab bundles list theirs the same
 way).  It is found when an incident covers at least half of its window and ranks its cause first;
 two primary causes whose windows overlap (one drop, a chain of causes: MAC retries and the spurious
-timeouts they provoke) are one event found when either is first and the other among the causes,
-unless the truth tags them with different injections (`injected`: two causes made at once).
+timeouts they provoke, however little their windows overlap) are one event found when either is
+first and the other among the causes, unless the truth tags them with different injections
+(`injected`: two causes made at once).
 A bundle whose truth has no cause must give no incident.
 """
 from __future__ import annotations
@@ -29,8 +30,8 @@ def _events(truth: dict[str, Any]) -> list[list[dict]]:
         for g in groups:
             # causes a truth tags with different injections (`injected`) are separate events even when
             # their windows overlap (a walk-away during a whole-run RTS threshold)
-            if any(min(c["end_ts"], o["end_ts"]) - max(c["start_ts"], o["start_ts"])
-                   >= 0.5 * min(c["end_ts"] - c["start_ts"], o["end_ts"] - o["start_ts"])
+            # (windows that only touch, a walk's rate change then its lost association, stay apart)
+            if any(min(c["end_ts"], o["end_ts"]) - max(c["start_ts"], o["start_ts"]) > 0
                    and c.get("injected") == o.get("injected") for o in g):
                 g.append(c)
                 break
