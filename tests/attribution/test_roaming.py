@@ -169,9 +169,10 @@ def test_roam_back_is_a_second_roam(tmp_path):
         (A, B, 210_000_000), (B, A, 510_000_000)]
 
 
-def _silent_bundle(d: Path, answered: bool) -> Path:
+def _silent_bundle(d: Path, answered: bool, rts: int = 0) -> Path:
     """STA: data with A until 0.99 s, then nothing from it; under a Block Ack agreement A asks it with a
-    BlockAckReq every 5 ms (answered by a BlockAck from STA when `answered`); STAY_A keeps its data."""
+    BlockAckReq every 5 ms (answered by a BlockAck from STA when `answered`), then with `rts` RTSs that
+    nothing answers; STAY_A keeps its data."""
     from scapy.layers.dot11 import Dot11
 
     air = Air()
@@ -183,6 +184,8 @@ def _silent_bundle(d: Path, answered: bool) -> Path:
         air.add(t, Dot11(type=1, subtype=8, addr1=STA, addr2=A) / b"\x04\x00\x00\x00")
         if answered:
             air.add(t + 0.05 * MS, Dot11(type=1, subtype=9, addr1=A, addr2=STA) / (b"\x04\x00\x00\x00" + bytes(8)))
+    for i in range(rts):
+        air.add(1.8 + i * 1 * MS, Dot11(type=1, subtype=11, addr1=STA, addr2=A, ID=500))
     return air_bundle(d, air)
 
 
@@ -203,3 +206,14 @@ def test_answered_block_ack_requests_are_no_lost_association(tmp_path):
     """The same requests answered by the station's BlockAcks: it is alive, no handoff."""
     ctx = _ctx(_silent_bundle(tmp_path / "b", answered=True))
     assert [x for x in handoff._lost(ctx) if x["station"] == STA] == []
+
+
+def test_unanswered_rts_are_a_lost_association(tmp_path):
+    """Under RTS/CTS the AP's RTSs to a gone station get no CTS and no data follows: they count too, and
+    the finding names each kind."""
+    ctx = _ctx(_silent_bundle(tmp_path / "b", answered=False, rts=40))
+    (lost,) = [x for x in handoff._lost(ctx) if x["station"] == STA]
+    assert (lost["bars"], lost["rts"], lost["unanswered"]) == (150, 40, 190)
+    f = handoff.score(ctx, handoff.Window(T0_NS + 980_000_000, T0_NS + 2_000_000_000))
+    assert "0 data transmissions and 150 Block Ack requests, 40 RTS, unanswered" in f.summary
+    assert (f.numbers["block_ack_requests"], f.numbers["rts"]) == (150, 40)

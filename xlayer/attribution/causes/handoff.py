@@ -60,13 +60,16 @@ def _lost(ctx: Context) -> list[dict]:
                 t_up, last_file, last_frame = int(u["ts_ns"][0]), str(u["capture_file"][0]), int(u["frame"][0])
             after = a.filter((pl.col("station") == st) & (pl.col("direction") == "down") & (pl.col("ts_ns") > t_up))
             # Under a Block Ack agreement the AP asks for the missing Block Ack with BlockAckReqs
-            # rather than sending the data again: unanswered, they are the same sign.
-            bars = p.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 8)
-                            & (pl.col("wlan_ra") == st) & (pl.col("ts_ns") > t_up)).height
-            unanswered = after.height + bars
+            # rather than sending the data again, and under RTS/CTS it sends RTSs that no CTS answers
+            # and no data follows: unanswered, they are the same sign.
+            asks = p.filter((pl.col("wlan_type") == 1) & pl.col("wlan_subtype").is_in([8, 11])
+                            & (pl.col("wlan_ra") == st) & (pl.col("ts_ns") > t_up))
+            bars = int((asks["wlan_subtype"] == 8).sum())
+            rts = asks.height - bars
+            unanswered = after.height + bars + rts
             if unanswered >= MIN_UNANSWERED and end - t_up >= MIN_SILENCE_NS:
                 out.append({"station": st, "ts_ns": t_up, "frame": last_frame, "file": last_file,
-                            "unanswered": unanswered, "bars": bars, "until_ns": end})
+                            "unanswered": unanswered, "bars": bars, "rts": rts, "until_ns": end})
     return out
 
 
@@ -229,12 +232,14 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
                             stations=stations, flows=ctx.flows_of(stations), frames=frames(ex, "management event"))
     for lost in _lost(ctx):
         if s <= lost["ts_ns"] < e and (not w.stations or lost["station"] in w.stations):
-            bars = lost["bars"]
-            what = (f"{lost['unanswered'] - bars:,} data transmissions and {bars:,} Block Ack requests, unanswered,"
-                    if bars else f"{lost['unanswered']:,} unanswered data transmissions")
+            bars, rts = lost["bars"], lost["rts"]
+            data = lost["unanswered"] - bars - rts
+            asks = ", ".join(f"{n:,} {what}" for n, what in ((bars, "Block Ack requests"), (rts, "RTS")) if n)
+            what = (f"{data:,} data transmissions and {asks}, unanswered," if asks
+                    else f"{data:,} unanswered data transmissions")
             text = f"{lost['station']} fell silent (association lost): the AP sent it {what} after its last frame"
             return CauseFinding(NAME, 0.85, text, {"station": lost["station"], "unanswered": lost["unanswered"],
-                                                   "block_ack_requests": bars},
+                                                   "block_ack_requests": bars, "rts": rts},
                                 stations=[lost["station"]], flows=ctx.flows_of([lost["station"]]),
                                 frames=[FrameRef(lost["file"], lost["frame"], "last frame from the station")])
     return None
