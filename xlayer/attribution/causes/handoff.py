@@ -79,7 +79,12 @@ def _bss_sequence(ctx: Context) -> pl.DataFrame:
     att = ctx.table("attempts")
     parts = []
     if att.height:
-        parts.append(att.filter(pl.col("direction").is_in(["down", "up"]) & pl.col("station").is_not_null()).select(
+        # A station is with an AP while data passes between them: frames one side acknowledged.  The
+        # AP's unanswered retries to a station that already left, or the station's to an AP that no
+        # longer hears it, prove nothing (they would end its time with the old AP late, or look like
+        # a roam back).
+        parts.append(att.filter(pl.col("direction").is_in(["down", "up"]) & pl.col("acked").fill_null(False)
+                                & pl.col("station").is_not_null()).select(
             "station", "ts_ns", "capture_file", "frame",
             pl.when(pl.col("direction") == "down").then(pl.col("ta")).otherwise(pl.col("ra")).alias("ap"),
             pl.lit(True).alias("data")))
@@ -105,6 +110,12 @@ def roams(ctx: Context) -> list[dict]:
 
 def _roams(ctx: Context) -> list[dict]:
     seq = _bss_sequence(ctx)
+    # Once a station is seen (re)associating with an AP, frames it still exchanges with another (it
+    # acknowledges any frame addressed to it that it hears, associated or not) are no roam back
+    # until it associates there again.
+    seq = (seq.with_columns(pl.when(~pl.col("data")).then(pl.col("ap")).forward_fill().over("station")
+                            .alias("_assoc"))
+           .filter(pl.col("_assoc").is_null() | (pl.col("ap") == pl.col("_assoc"))).drop("_assoc"))
     prev = pl.col("ap").shift(1).over("station")
     ch = seq.select("station", "ts_ns", "ap", prev.alias("from_bssid")).filter(
         pl.col("from_bssid").is_not_null() & (pl.col("ap") != pl.col("from_bssid"))).select(
