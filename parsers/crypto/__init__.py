@@ -7,7 +7,7 @@
 Modules, one job each: `keys` (key specs, PMK, PRF/KDF, PTK split), `eapol` (EAPOL-Key frames,
 4-way and group-key handshakes, MIC check, GTK unwrap), `ccmp` (CCMP/GCMP), `tkip` (TKIP, Michael),
 `frames` (802.11 header fields the ciphers need; captures to bare 802.11 frames), `decrypt` (the
-driver).  Keys are secrets: nothing here prints, logs or stores them outside the Key objects.
+per-frame driver, the reference), `batch` (the same verdicts, columnar: the frames of one key at once).  Keys are secrets: nothing here prints, logs or stores them outside the Key objects.
 
 For the decoders: one `Decryptor(keys)` per capture, fed every record in capture order
 (`.frame(index, dot11_bytes, wire_len)`, FCS removed); it keeps only key state, so it can run chunk

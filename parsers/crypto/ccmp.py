@@ -9,6 +9,7 @@ its captured prefix is decrypted with the same counter blocks (AES-CTR) and left
 """
 from __future__ import annotations
 
+import numpy as np
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM
@@ -91,3 +92,142 @@ class FrameCipher:
         stream = self._ecb.update(blocks)
         k = len(data)
         return (int.from_bytes(data, "big") ^ int.from_bytes(stream[:k], "big")).to_bytes(k, "big")
+
+
+
+# Columnar CCMP/GCMP: the frames of one key at once.  Counter blocks of every frame are built in one
+# numpy buffer and encrypted by one AES-ECB call; the CBC-MAC is sequential within a frame but runs
+# across frames, one ECB call per block position (frames sorted by block count, so the running ones
+# are a prefix).  Bodies are handled as 16-byte rows, never byte by byte.  The results equal AESCCM's
+# and the per-frame CTR's (tests/parsers/test_ccmp_batch.py compares them).
+B0_FLAGS = {8: 0x59, 16: 0x79}      # Adata | (M-2)/2 << 3 | L-1, for L = 2
+_TAIL_MASK = (np.arange(16)[None, :] < np.arange(17)[:, None]).astype(np.uint8) * 0xFF   # [k]: k bytes kept
+
+
+def ecb_of(tk: bytes):
+    """Return an AES-ECB encryptor of the key (its update runs in C over many blocks at once)."""
+    return Cipher(algorithms.AES(tk), modes.ECB()).encryptor()
+
+
+def aes_blocks(ecb, blocks: np.ndarray) -> np.ndarray:
+    """Return the (n, 16) uint8 blocks encrypted with the ECB context (read-only)."""
+    if not len(blocks):
+        return np.zeros((0, 16), np.uint8)
+    return np.frombuffer(ecb.update(np.ascontiguousarray(blocks).tobytes()), np.uint8).reshape(-1, 16)
+
+
+def ranges(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Return the flat int64 positions of the ranges [start, start + len) one after another."""
+    lens = np.asarray(lens, np.int64)
+    total = int(lens.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    first = np.cumsum(lens) - lens
+    return np.arange(total, dtype=np.int64) + np.repeat(np.asarray(starts, np.int64) - first, lens)
+
+
+def rows_at(buf: np.ndarray, starts: np.ndarray, width: int = 16) -> np.ndarray:
+    """Return the (n, width) bytes of buf from each start (bytes past the buffer's end read as 0)."""
+    starts = np.asarray(starts, np.int64)
+    n, size = len(starts), len(buf)
+    if size < width:
+        at = starts[:, None] + np.arange(width)
+        return np.where(at < size, buf[np.minimum(at, max(size - 1, 0))] if size else 0, 0).astype(np.uint8)
+    if buf.strides[0] != 1:
+        buf = np.ascontiguousarray(buf)
+    # one item of `width` bytes at every byte offset: a gather copies each row with one memcpy
+    win = np.ndarray(shape=(size - width + 1,), dtype=np.dtype(f"V{width}"), buffer=buf, strides=(1,))
+    over = starts > size - width
+    if not over.any():
+        return win[starts].view(np.uint8).reshape(n, width)
+    out = np.empty((n, width), np.uint8)
+    out[~over] = win[starts[~over]].view(np.uint8).reshape(-1, width)
+    at = starts[over][:, None] + np.arange(width)
+    out[over] = np.where(at < size, buf[np.minimum(at, size - 1)], 0)
+    return out
+
+
+def counter_blocks(prefix: np.ndarray, first: np.ndarray | int, count: np.ndarray, width: int,
+                   within: np.ndarray | None = None) -> np.ndarray:
+    """Return count[i] blocks per frame: its prefix then a big-endian counter (width bytes) from first
+    (`within`: ranges(0, count), when the caller has it)."""
+    count = np.asarray(count, np.int64)
+    out = np.empty((len(prefix), 16), np.uint8)
+    out[:, :16 - width] = prefix
+    out = np.repeat(out, count, axis=0)
+    ctr = ranges(np.zeros(len(count), np.int64), count) if within is None else within.copy()
+    ctr += (np.repeat(np.asarray(first, np.int64), count) if np.ndim(first) else first)
+    out.view(f">u{width}")[:, 16 // width - 1] = ctr
+    return out
+
+
+def body_rows(buf: np.ndarray, at: np.ndarray, nb: np.ndarray, within: np.ndarray | None = None) -> np.ndarray:
+    """Return the nb[i] 16-byte rows from buf[at[i]] of every frame, one after another."""
+    nb = np.asarray(nb, np.int64)
+    if within is None:
+        within = ranges(np.zeros(len(nb), np.int64), nb)
+    return rows_at(buf, np.repeat(np.asarray(at, np.int64), nb) + 16 * within)
+
+
+def clear_tails(rows: np.ndarray, nb: np.ndarray, plen: np.ndarray) -> None:
+    """Zero the bytes past each frame's length in its last row (in place)."""
+    rem = np.asarray(plen, np.int64) % 16
+    cut = (rem > 0) & (nb > 0)
+    if cut.any():
+        last = (np.cumsum(nb) - 1)[cut]
+        rows[last] &= _TAIL_MASK[rem[cut]]
+
+
+def ctr_open(ecb, prefix: np.ndarray, first: int, width: int, buf: np.ndarray, at: np.ndarray,
+             plen: np.ndarray, zero_tails: bool = True, dest: np.ndarray | None = None,
+             dest_row: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Return (rows per frame, plaintext rows one after another) of the bytes buf[at:at+plen] of every
+    frame XORed with its counter-mode key stream (counters from `first`); the bytes past each length
+    are zero, or left as they are without zero_tails.  With `dest`, the rows of frame i are also
+    written to dest[dest_row[i]:] ((rows, 16) array)."""
+    nb = (np.asarray(plen, np.int64) + 15) // 16
+    within = ranges(np.zeros(len(nb), np.int64), nb)
+    plain = body_rows(buf, at, nb, within)
+    plain ^= aes_blocks(ecb, counter_blocks(prefix, first, nb, width, within))
+    if zero_tails:
+        clear_tails(plain, nb, plen)
+    if dest is not None:
+        dest[np.repeat(np.asarray(dest_row, np.int64), nb) + within] = plain
+    return nb, plain
+
+
+def ccm_prefix(nonce: np.ndarray) -> np.ndarray:
+    """Return the 14 bytes before the CCM counter (flags L-1, nonce) of each (n, 13) nonce."""
+    out = np.empty((len(nonce), 14), np.uint8)
+    out[:, 0] = 1
+    out[:, 1:] = nonce
+    return out
+
+
+def ccm_open_batch(ecb, mic_len: int, buf: np.ndarray, prefix: np.ndarray, aad: np.ndarray, at: np.ndarray,
+                   plen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return (MIC verified, rows per frame, plaintext rows) of CCM frames whose ciphertext is
+    buf[at:at+plen] followed by the MIC; `prefix` is ccm_prefix(nonce), `aad` (n, 32) the 2-byte AAD
+    length, the AAD, zeros."""
+    n = len(plen)
+    plen = np.asarray(plen, np.int64)
+    nb, padded = ctr_open(ecb, prefix, 1, 2, buf, at, plen)
+    s0 = aes_blocks(ecb, counter_blocks(prefix, 0, np.ones(n, np.int64), 2))
+    b0 = np.empty((n, 16), np.uint8)
+    b0[:, 0] = B0_FLAGS[mic_len]
+    b0[:, 1:14] = prefix[:, 1:]
+    b0[:, 14] = plen >> 8
+    b0[:, 15] = plen & 0xFF
+    order = np.argsort(-nb, kind="stable")
+    x = aes_blocks(ecb, b0[order])
+    x = aes_blocks(ecb, x ^ aad[order, :16])
+    x = aes_blocks(ecb, x ^ aad[order, 16:]).copy()
+    nb_o, boff_o = nb[order], (np.cumsum(nb) - nb)[order]
+    running = n - np.searchsorted(nb_o[::-1], np.arange(int(nb_o[0]) if n else 0), side="right")
+    for j, k in enumerate(running.tolist()):
+        x[:k] = aes_blocks(ecb, x[:k] ^ padded[boff_o[:k] + j])
+    tag = np.empty_like(x)
+    tag[order] = x
+    mic = rows_at(buf, np.asarray(at, np.int64) + plen, mic_len)
+    ok = ((tag[:, :mic_len] ^ s0[:, :mic_len]) == mic).all(axis=1)
+    return ok, nb, padded

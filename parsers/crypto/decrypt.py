@@ -6,7 +6,8 @@ data or management frame is tried with the keys that fit its addresses (the pair
 first, or the transmitter's GTK for its key id, then any user TK) and is decrypted only when one
 verifies its MIC; a cut frame is decrypted with the pair's last key that verified a frame (its
 prefix, marked unverified).  Protected EAPOL frames (rekeys, group-key handshakes) are fed to the
-handshakes once decrypted.  The loop is per frame (the cipher objects are built once per key).
+handshakes once decrypted.  The loop is per frame (the cipher objects are built once per key): it is
+the reference; parsers.crypto.batch gives the same verdicts for many frames at once (the decoders use it).
 """
 from __future__ import annotations
 
@@ -101,6 +102,7 @@ class Decryptor:
         self._ciphers: dict[int, FrameCipher | TkipCipher] = {}
         self._last_good: dict[tuple[bytes, bytes], PairKey] = {}
         self._user_tks: list[PairKey] = []
+        self._ecbs: dict = {}           # key id -> AES-ECB context, for the columnar path (parsers.crypto.batch)
         for k in keys:
             tk = k.tk()
             if tk is not None:
@@ -211,11 +213,15 @@ class Decryptor:
 
     def _candidates(self, h: Header, key_id: int) -> list[PairKey]:
         """Return the keys that may protect a frame: PTKs of its pair or GTKs of its sender, then user TKs."""
+        return self._candidates_for(h.group, h.a1, h.a2, key_id)
+
+    def _candidates_for(self, group: bool, a1: bytes, a2: bytes, key_id: int) -> list[PairKey]:
+        """Return the candidate keys of a frame from its group bit, A1, A2 and key id (see _candidates)."""
         hs = self.hs
-        if h.group:
-            found = list(reversed(hs.gtks.get((h.a2, key_id), [])))
+        if group:
+            found = list(reversed(hs.gtks.get((a2, key_id), [])))
         else:
-            found = list(reversed(hs.ptks.get((h.a2, h.a1), []))) + list(reversed(hs.ptks.get((h.a1, h.a2), [])))
+            found = list(reversed(hs.ptks.get((a2, a1), []))) + list(reversed(hs.ptks.get((a1, a2), [])))
         return found + self._user_tks
 
     def _cipher(self, key: PairKey) -> FrameCipher | TkipCipher:

@@ -11,7 +11,7 @@ import pyarrow as pa
 from parsers.columnar.columns import IP_COLUMNS, MAC_COLUMNS, ColumnBuilder, Projection
 from parsers.columnar.span import KIND_DOT11, Span, concat, handed_on
 from parsers.decode import registry
-from parsers.decode.decrypt import Plain
+from parsers.decode.decrypt import Plain, PlainChunk
 from parsers.decode.reference import decode_record
 from parsers.formats.records import RecordChunk
 from parsers.layers.dot11 import decode_plain_body
@@ -128,9 +128,12 @@ def decode_chunk(chunk: RecordChunk, columns: Sequence[str] | Projection | None 
     return out.to_arrow(base), len(deferred)
 
 
-def _decrypted(plain: dict[int, Plain], out: ColumnBuilder) -> None:
+def _decrypted(plain: dict[int, Plain] | PlainChunk, out: ColumnBuilder) -> None:
     """Write the decryption columns, and decode decrypted data frames on from their plaintext, which
     is gathered into a buffer of its own (the record's other columns come from the original frame)."""
+    if isinstance(plain, PlainChunk):
+        _decrypted_columns(plain, out)
+        return
     rows = np.fromiter(sorted(plain), np.int64, len(plain))
     verdicts = [plain[r] for r in rows.tolist()]
     out.put("wlan_decrypted", rows, np.fromiter((p.frame is not None for p in verdicts), bool, len(rows)))
@@ -148,6 +151,32 @@ def _decrypted(plain: dict[int, Plain], out: ColumnBuilder) -> None:
     buf = np.frombuffer(b"".join(frames), np.uint8)
     span = Span(rows[done], start, start + lens, claimed, np.full(len(done), KIND_DOT11, np.int64),
                 claimed > start + lens)
+    ahead, out.ahead = out.ahead, None     # gathers made ahead are of the capture's bytes, not these
+    try:
+        net = handed_on(_guarded(decode_plain_body, buf, span, out, "802.11"))
+        if net and out.decodes("network"):
+            transport = _dispatch(buf, concat(net), registry.NET_DECODERS, out, "network")
+            if transport and out.decodes("transport"):
+                _dispatch(buf, concat(transport), registry.TRANSPORT_DECODERS, out, "transport")
+    finally:
+        out.ahead = ahead
+
+
+def _decrypted_columns(plain: PlainChunk, out: ColumnBuilder) -> None:
+    """`_decrypted` over a chunk decrypted by columns: its plaintext is already one buffer with spans."""
+    rows = plain.rows
+    out.put("wlan_decrypted", rows, plain.decrypted)
+    for name, vals in (("wlan_mic", plain.mic), ("wlan_key", plain.key)):
+        has = np.flatnonzero(vals != None)  # noqa: E711 - an object array, compared element-wise
+        if len(has):
+            out.put_objs(name, rows[has], vals[has].tolist())
+    done = np.flatnonzero(plain.decrypted)
+    if not len(done):
+        return
+    start, end = plain.start[done], plain.end[done]
+    claimed = start + plain.claimed[done]
+    span = Span(rows[done], start, end, claimed, np.full(len(done), KIND_DOT11, np.int64), claimed > end)
+    buf = plain.buf
     ahead, out.ahead = out.ahead, None     # gathers made ahead are of the capture's bytes, not these
     try:
         net = handed_on(_guarded(decode_plain_body, buf, span, out, "802.11"))
