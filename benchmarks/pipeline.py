@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Whole-pipeline benchmark: read, align, join and every metric table of a bundle, next to tshark.
 
-    python benchmarks/pipeline.py BUNDLE [--skip-tshark]
+    python benchmarks/pipeline.py BUNDLE [BUNDLE ...] [--skip-tshark] [--check]
 
 Runs the pipeline as `xlayer metrics` does, in a child process (its peak RSS is its own):
 `xlayer.open_timeline(BUNDLE)` (every packet capture read once, clocks aligned), then
@@ -10,9 +10,13 @@ module by module: each module computes its tables, they are written, and the cal
 them (a large bundle's timeline spills finished tables to its temporary Arrow files, as it does the
 packet tables).  For comparison, tshark merely dissects each packet capture of the bundle
 (`tshark -n -r FILE`, 802.11 FCS checked, output discarded), one file after another.  Prints frames
-per capture, wall times, the ratio, per-table time and peak RSS so far, and the pipeline's peak RSS
-(the issue's limit: 2 GB on >= 1 M air frames and >= 1 M wired packets).  Make a large bundle with
-`xlayer sim baseline -o DIR --seconds 200`.
+per capture, wall times, the ratio, time per frame (air frames + wired packets), per-table time and peak
+RSS so far, and the pipeline's peak RSS against issue 15's goals: tshark's dissection / the whole pipeline
+>= 10 (`--speedup`), peak RSS <= 1 GB (`--rss-limit-mb`).  Several bundles (the same scenario at e.g. 0.1x,
+0.3x and 1x of its length: `xlayer sim baseline -o DIR --seconds 13 / 39 / 130`) are measured one after
+the other and their time per frame compared: linear cost is every bundle's within +-25 % of the largest
+one's (`--linear-tol`).  `--check` makes the exit status 3 when a goal is missed.  The ratios are
+measured in the same run (a loaded machine slows both sides).
 """
 from __future__ import annotations
 
@@ -62,54 +66,108 @@ def child(bundle: str) -> None:
     # one column suffices to count rows: the whole table would be read into memory for its height
     frames = {e.file: tl.packets(e.file, columns=["frame"]).height for e in tl.entries()}
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"read_align_s": t1 - t0, "metrics_s": t2 - t1, "total_s": t2 - t0, "rows": rows,
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"cpu_s": ru.ru_utime + ru.ru_stime, "read_align_s": t1 - t0, "metrics_s": t2 - t1, "total_s": t2 - t0, "rows": rows,
                       "stage_s": stages, "peak_rss_after_mb": rss_at, "peak_rss_open_mb": rss_open,
                       "frames": frames, "peak_rss_mb": rss, "parquet_mb": parquet_mb, "kinds": {e.file: e.kind for e in tl.entries()}}))
 
 
-def main() -> int:
-    """Run the benchmark; return the exit code."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("bundle")
-    ap.add_argument("--skip-tshark", action="store_true")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.child:
-        child(a.bundle)
-        return 0
+def run_one(bundle: str, skip_tshark: bool) -> dict | None:
+    """Measure one bundle (printing as it goes); return {frames, wall_s, rss_mb, tshark_s} or None on failure."""
     t = time.perf_counter()
-    r = subprocess.run([sys.executable, __file__, a.bundle, "--child"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, __file__, bundle, "--child"], capture_output=True, text=True)
     wall = time.perf_counter() - t
     if r.returncode:
         print(r.stderr[-3000:], file=sys.stderr)
-        return 1
+        return None
     res = json.loads(r.stdout.strip().splitlines()[-1])
     air = sum(n for f, n in res["frames"].items() if res["kinds"][f] == "air")
     wired = sum(n for f, n in res["frames"].items() if res["kinds"][f] == "wired")
-    print(f"bundle {a.bundle}: {air:,} air frames, {wired:,} wired packets in {len(res['frames'])} captures")
+    print(f"bundle {bundle}: {air:,} air frames, {wired:,} wired packets in {len(res['frames'])} captures")
     for f, n in res["frames"].items():
         print(f"  {f:24s} {res['kinds'][f]:6s} {n:>10,}")
     print(f"xlayer pipeline (as `xlayer metrics`: read, align, every metric table computed and written to Parquet): "
           f"{wall:.1f} s wall (read+align {res['read_align_s']:.1f} s, metric tables {res['metrics_s']:.1f} s), "
           f"peak RSS {res['peak_rss_mb']:.0f} MB; tables written: {res['parquet_mb']:.0f} MB of Parquet")
+    frames = air + wired
+    print(f"  time per frame (air frames + wired packets): {wall / max(frames, 1) * 1e6:.2f} us; "
+          f"CPU time (user + system, all threads) {res['cpu_s']:.1f} s, {res['cpu_s'] / max(frames, 1) * 1e6:.2f} us per frame")
     print(f"  peak RSS after reading and aligning: {res['peak_rss_open_mb']:.0f} MB")
     for name, n in res["rows"].items():
         # a module computes all its tables at once: the time shows on its first table, 0 on the others
         print(f"  {name:18s} {n:>10,} rows  {res['stage_s'].get(name, 0):7.1f} s  "
               f"peak RSS so far {res['peak_rss_after_mb'].get(name, 0):6.0f} MB")
-    if not a.skip_tshark:
+    tsh = tsh_cpu = None
+    if not skip_tshark:
         from xlayer.bundle.manifest import open_bundle
 
-        b = open_bundle(a.bundle)
+        b = open_bundle(bundle)
+        c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         for e in b.captures:
             if e.is_packets:
                 subprocess.run(["tshark", "-n", "-o", "wlan.check_checksum:TRUE", "-r", str(b.file_path(e))],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         tsh = time.perf_counter() - t
+        c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        tsh_cpu = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
         print(f"tshark dissecting the same files (tshark -n -r, output discarded): {tsh:.1f} s; "
-              f"xlayer's whole pipeline / tshark's dissection alone: {wall / tsh:.2f}")
-    return 0
+              f"xlayer's whole pipeline / tshark's dissection alone: {wall / tsh:.2f} "
+              f"(tshark / xlayer: {tsh / wall:.2f}x)")
+        # on a machine shared with other work the wall times of both sides stretch unevenly (polars'
+        # threads wait for cores, tshark has one): CPU time is the steadier comparison
+        print(f"  CPU time: tshark {tsh_cpu:.1f} s, xlayer {res['cpu_s']:.1f} s (tshark / xlayer: "
+              f"{tsh_cpu / max(res['cpu_s'], 1e-9):.2f}x)")
+    return {"frames": frames, "wall_s": wall, "rss_mb": res["peak_rss_mb"], "tshark_s": tsh,
+            "cpu_s": res["cpu_s"], "tshark_cpu_s": tsh_cpu if tsh is not None else None}
+
+
+def verdicts(runs: dict[str, dict], speedup: float, rss_limit_mb: float, tol: float) -> list[tuple[bool, str]]:
+    """Return (met, line) per goal of issue 15 for the measured bundles."""
+    out = []
+    for name, r in runs.items():
+        if r["tshark_s"] is not None:
+            x = r["tshark_s"] / r["wall_s"]
+            out.append((x >= speedup, f"{name}: tshark / xlayer {x:.2f}x (goal >= {speedup:g}x)"))
+        out.append((r["rss_mb"] <= rss_limit_mb, f"{name}: peak RSS {r['rss_mb']:.0f} MB (goal <= {rss_limit_mb:g} MB)"))
+    if len(runs) > 1:
+        per = {n: r["wall_s"] / max(r["frames"], 1) for n, r in runs.items()}
+        cpu = {n: r["cpu_s"] / max(r["frames"], 1) for n, r in runs.items()}
+        ref_name = max(runs, key=lambda n: runs[n]["frames"])
+        for n, v in per.items():
+            rel = v / per[ref_name] - 1
+            out.append((abs(rel) <= tol, f"{n}: {v * 1e6:.2f} us per frame, {rel:+.0%} against {ref_name} "
+                                          f"(goal within +-{tol:.0%}; CPU time per frame "
+                                          f"{cpu[n] / cpu[ref_name] - 1:+.0%})"))
+    return out
+
+
+def main() -> int:
+    """Run the benchmark; return the exit code."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("bundle", nargs="+", help="one bundle, or several sizes of one scenario (linear cost)")
+    ap.add_argument("--skip-tshark", action="store_true")
+    ap.add_argument("--speedup", type=float, default=10.0, help="goal: tshark's time / the pipeline's (default 10)")
+    ap.add_argument("--rss-limit-mb", type=float, default=1024.0, help="goal: peak RSS in MB (default 1024)")
+    ap.add_argument("--linear-tol", type=float, default=0.25,
+                    help="goal: time per frame within this fraction of the largest bundle's (default 0.25)")
+    ap.add_argument("--check", action="store_true", help="exit 3 when a goal is missed")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        child(a.bundle[0])
+        return 0
+    runs = {}
+    for bundle in a.bundle:
+        r = run_one(bundle, a.skip_tshark)
+        if r is None:
+            return 1
+        runs[bundle] = r
+    v = verdicts(runs, a.speedup, a.rss_limit_mb, a.linear_tol)
+    print("goals (issue 15):")
+    for met, line in v:
+        print(f"  {'met   ' if met else 'MISSED'} {line}")
+    return 3 if a.check and not all(m for m, _ in v) else 0
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 
 from xlayer.metrics.schema import Column, conform, register
@@ -220,6 +221,18 @@ def _code(col: str) -> pl.Expr:
     return pl.col(col).cast(pl.Categorical).to_physical().cast(pl.Int64)
 
 
+def _not_retry(m: pl.DataFrame) -> np.ndarray:
+    """Return, per row of (_mpdu, ts_ns) in capture order, whether it is no MAC retry: the first of its MPDU
+    identity, or `MAC_RETRY_WINDOW_NS` or more after the previous one."""
+    # a sort of the two columns by identity (then capture order) instead of a window over ~one group per row
+    o = m.with_row_index("_r").sort("_mpdu", "_r").select(
+        "_r", (pl.col("_mpdu").ne_missing(pl.col("_mpdu").shift(1))
+               | ((pl.col("ts_ns") - pl.col("ts_ns").shift(1)) >= MAC_RETRY_WINDOW_NS).fill_null(True)).alias("k"))
+    keep = np.empty(o.height, bool)
+    keep[o["_r"].to_numpy()] = o["k"].to_numpy()
+    return keep
+
+
 def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
     """Return a capture's IP packets (MAC retries dropped on the air) with payload, identity and TCP columns."""
     cols = set(packets.columns)
@@ -260,9 +273,7 @@ def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
         df = df.with_columns(_code("wlan_ta").fill_null(-1).alias("_ta"), pl.col("wlan_seq").fill_null(-1),
                              pl.col("wlan_frag").fill_null(-1))
         ident = ["_ta", "wlan_seq", "wlan_frag", *_KEY]
-        df = df.with_columns(pl.struct(ident).hash().alias("_mpdu"))
-        df = df.filter(((pl.col("ts_ns") - pl.col("ts_ns").shift(1).over("_mpdu")) >= MAC_RETRY_WINDOW_NS)
-                       .fill_null(True))
+        df = df.filter(pl.Series(_not_retry(df.select(pl.struct(ident).hash().alias("_mpdu"), "ts_ns"))))
     flows = (df.group_by("fid").agg(pl.col("flow", "conn", "dir", "ip_src", "ip_dst", "sport", "dport").first())
              .rename({"ip_src": "src", "ip_dst": "dst"}))
     frag = is_fragment()
@@ -472,12 +483,30 @@ class Keyed:
 
 
 def keyed(prep: Prepared) -> Keyed:
-    """Return one row per packet identity of a prepared capture: first frame, its time, and copies seen."""
+    """Return one row per packet identity of a prepared capture: first frame, its time, copies seen, and
+    ``_k``: the identity's 64-bit hash, one column to join captures on (`exact_ids` makes it exact)."""
     df = (prep.df.group_by(list(_KEY))
-          .agg(pl.col("frame").first(), pl.col("ts_ns").first(), pl.len().cast(pl.Int32).alias("n")))
+          .agg(pl.col("frame").first(), pl.col("ts_ns").first(), pl.len().cast(pl.Int32).alias("n"))
+          .with_columns(pl.struct(list(_KEY)).hash().alias("_k")))
     names = prep.flows.select(pl.col("flow").hash().alias("fh"), "flow", "conn", "dir", "src", "dst")
     span = (prep.df["ts_ns"].min(), prep.df["ts_ns"].max()) if prep.height else (0, 0)
     return Keyed(prep.vantage, prep.capture_file, df, names, span)
+
+
+def exact_ids(keys: list[Keyed]) -> list[Keyed]:
+    """Return `keys` with ``_k`` one-to-one with the packet identity across all of them: the hashes as they are
+    when no two identities share one (checked here), else exact numbers of the distinct identities."""
+    frames = [k.df.select("_k", *_KEY) for k in keys if k.df.height]
+    if not frames:
+        return keys
+    s = pl.concat(frames).sort("_k")
+    same_k = pl.col("_k") == pl.col("_k").shift(1)
+    other = pl.any_horizontal(pl.col(c) != pl.col(c).shift(1) for c in _KEY)
+    if not s.select((same_k & other).any()).item():
+        return keys
+    ids = s.select(_KEY).unique().with_row_index("_k").with_columns(pl.col("_k").cast(pl.UInt64))
+    return [Keyed(k.vantage, k.capture_file, k.df.drop("_k").join(ids, on=list(_KEY), how="left", maintain_order="left"),
+                  k.names, k.span) for k in keys]
 
 
 def rfc3550_jitter(abs_d: pl.Expr) -> pl.Expr:
@@ -503,9 +532,10 @@ def pair_tables(a: Keyed, b: Keyed, flows: pl.Series | None = None,
     ak, bk = a.df, b.df
     if flows is not None:
         ak, bk = ak.filter(pl.col("fh").is_in(flows.implode())), bk.filter(pl.col("fh").is_in(flows.implode()))
-    bk = bk.select(*_KEY, pl.col("frame").alias("frame_b"), pl.col("ts_ns").alias("ts_b"), pl.col("n").alias("n_b"))
-    lk = (ak.filter(pl.col("n") == 1).select(*_KEY, pl.col("frame").alias("frame_a"), "ts_ns")
-          .join(bk, on=list(_KEY), how="left").drop(*_KEY[1:]).sort("fh", "ts_ns", "frame_a"))
+    bk = bk.select("_k", pl.col("frame").alias("frame_b"), pl.col("ts_ns").alias("ts_b"), pl.col("n").alias("n_b"))
+    # on the identity's number (`exact_ids`): one integer column instead of six
+    lk = (ak.filter(pl.col("n") == 1).select("fh", "_k", pl.col("frame").alias("frame_a"), "ts_ns")
+          .join(bk, on="_k", how="left").drop("_k").sort("fh", "ts_ns", "frame_a"))
     lk = lk.with_columns(pl.when(pl.col("n_b") == 1).then(pl.col("ts_b") - pl.col("ts_ns")).alias("owd_ns"))
     lit = [pl.lit(v, pl.Utf8).alias(k) for k, v in (("vantage_a", a.vantage), ("vantage_b", b.vantage),
                                                       ("capture_file_a", a.capture_file),
@@ -546,8 +576,8 @@ def pair_tables(a: Keyed, b: Keyed, flows: pl.Series | None = None,
 
 def _median_delay(a: Keyed, b: Keyed) -> pl.DataFrame:
     """Return (fh, d): per flow seen at both, the median delay from `a` to `b` of its matched packets."""
-    both = (a.df.filter(pl.col("n") == 1).select(*_KEY, "ts_ns")
-            .join(b.df.filter(pl.col("n") == 1).select(*_KEY, pl.col("ts_ns").alias("ts_b")), on=list(_KEY)))
+    both = (a.df.filter(pl.col("n") == 1).select("fh", "_k", "ts_ns")
+            .join(b.df.filter(pl.col("n") == 1).select("_k", pl.col("ts_ns").alias("ts_b")), on="_k"))
     return both.group_by("fh").agg((pl.col("ts_b") - pl.col("ts_ns")).median().alias("d"))
 
 
@@ -602,7 +632,7 @@ def _paths(keys: list[Keyed], ok: list[int]) -> pl.DataFrame:
     else its median's sign.  One join over all captures, so a bundle of many captures costs what
     its packets cost, not the square of its captures.
     """
-    frames = [keys[i].df.filter(pl.col("n") == 1).select(*_KEY, "ts_ns", pl.lit(i, pl.Int32).alias("cap"))
+    frames = [keys[i].df.filter(pl.col("n") == 1).select("fh", "_k", "ts_ns", pl.lit(i, pl.Int32).alias("cap"))
               for i in ok]
     allk = pl.concat(frames)
     names = pl.concat([keys[i].names for i in ok]).unique("fh", keep="first")
@@ -613,8 +643,8 @@ def _paths(keys: list[Keyed], ok: list[int]) -> pl.DataFrame:
     pivot = seen.group_by("conn").agg(pl.col("cap").sort_by("_rk").first().alias("piv"))
     piv_of = names.select("fh", "conn").join(pivot, on="conn")
     at_piv = (allk.join(piv_of.select("fh", "piv"), on="fh").filter(pl.col("cap") == pl.col("piv"))
-              .select(*_KEY, pl.col("ts_ns").alias("_tp")))
-    d = (allk.join(at_piv, on=list(_KEY)).group_by("fh", "cap")
+              .select("_k", pl.col("ts_ns").alias("_tp")))
+    d = (allk.join(at_piv, on="_k").group_by("fh", "cap")
          .agg((pl.col("ts_ns") - pl.col("_tp")).median().alias("d"))
          .join(names.select("fh", "conn", "dir", "src", "dst"), on="fh").join(pivot, on="conn"))
     rev = d.select("conn", "cap", pl.when(pl.col("dir") == "a").then(pl.lit("b")).otherwise(pl.lit("a")).alias("dir"),
@@ -664,8 +694,8 @@ def _refine(path: pl.DataFrame, allk: pl.DataFrame, names: pl.DataFrame) -> pl.D
         want = pairs.join(rev, on="fh", how="left")
         want = pl.concat([want.select("fh", "cap", "_b"),
                           want.filter(pl.col("_rfh").is_not_null()).select(pl.col("_rfh").alias("fh"), "cap", "_b")]).unique()
-        a = allk.join(want, on=["fh", "cap"]).select(*_KEY, "_b", pl.col("ts_ns").alias("_ta"), pl.col("cap").alias("_a"))
-        med = (a.join(allk.select(*_KEY, pl.col("cap").alias("_b"), "ts_ns"), on=[*_KEY, "_b"])
+        a = allk.join(want, on=["fh", "cap"]).select("fh", "_k", "_b", pl.col("ts_ns").alias("_ta"), pl.col("cap").alias("_a"))
+        med = (a.join(allk.select("_k", pl.col("cap").alias("_b"), "ts_ns"), on=["_k", "_b"])
                .group_by("fh", "_a", "_b").agg((pl.col("ts_ns") - pl.col("_ta")).median().alias("_d")))
         cmp = (pairs.join(rev, on="fh", how="left")
                .join(med.rename({"_a": "cap"}), on=["fh", "cap", "_b"], how="left")
@@ -697,6 +727,7 @@ def between_keyed(keys: list[Keyed], guard_min_ns: int = LOSS_GUARD_MIN_NS,
     schemas = {"owd": OWD, "loss": LOSS, "loss_bursts": LOSS_BURSTS}
     if len(ok) < 2:
         return {n: conform(None, schemas[n]) for n in schemas}
+    keys = exact_ids(keys)
     path = _paths(keys, ok)
     last = path.group_by("fh").agg(pl.col("rank").max().alias("_last"))
     pj = path.join(path, on="fh", suffix="_d").filter(pl.col("rank") < pl.col("rank_d")).join(last, on="fh")
@@ -715,7 +746,7 @@ def between_keyed(keys: list[Keyed], guard_min_ns: int = LOSS_GUARD_MIN_NS,
 def owd_pair(tl: Timeline, a: str, b: str, guard_min_ns: int = LOSS_GUARD_MIN_NS) -> dict[str, pl.DataFrame]:
     """Return owd/loss/loss_bursts of the flows going from capture `a` to capture `b` (file or vantage),
     whether or not the pair is adjacent (the timeline's `owd` table holds adjacent pairs only)."""
-    ka, kb = (keyed(prepare(tl.packets(x, columns=_READ), tl._entry(x).kind)) for x in (a, b))
+    ka, kb = exact_ids([keyed(prepare(tl.packets(x, columns=_READ), tl._entry(x).kind)) for x in (a, b)])
     fwd, _ = orient(ka, kb)
     if ka.df.height == 0 or kb.df.height == 0 or not fwd.len():
         return {"owd": conform(None, OWD), "loss": conform(None, LOSS), "loss_bursts": conform(None, LOSS_BURSTS)}

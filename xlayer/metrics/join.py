@@ -96,6 +96,7 @@ import numpy as np
 import polars as pl
 
 import xlayer.timeline.match as mm
+from xlayer.metrics.keys import with_sorted_ids
 from xlayer.metrics.schema import MATCH_COLUMNS, Column, conform, register
 from xlayer.timeline.airtime import COLUMNS as AIRTIME_COLUMNS
 
@@ -294,23 +295,39 @@ def _attempts(air: pl.DataFrame) -> pl.DataFrame:
         # what follows the MAC header, FCS excluded: cipher header and MIC, LLC/SNAP and the IP packet
         (pl.col("_mpdu") - pl.col("_hdr") - 4).alias("body"),
         *(c for c in ("flow", "ip_id", "ip_len") if c in air.columns)).collect()
-    part = ["ta", "ra", "_tid", "mac_seq"]
-    d = d.with_columns(pl.col("tid").cast(pl.Int16).fill_null(-1).alias("_tid")).sort([*part, "_i"])
-    first = pl.col("_i").shift(1).over(part).is_null()
-    gap = (pl.col("ts_ns") - pl.col("ts_ns").shift(1).over(part)) > SPAN_NS
+    d = d.with_columns(pl.col("tid").cast(pl.Int16).fill_null(-1).alias("_tid"))
+    # The rows stay in record order: only the few key columns are sorted, the (ta, ra, tid) spaces as
+    # numbers in their sort order (so the group ids are numbered as before).
+    part = ["_s", "mac_seq"]
+    k = with_sorted_ids(d.select("ta", "ra", "_tid", "mac_seq", "_i", "ts_ns", "frag", "key", "pn",
+                                 pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r")), ["ta", "ra", "_tid"], "_s") \
+        .drop("ta", "ra", "_tid").sort([*part, "_i"])
+    # the key columns are sorted: a run of equal (ta, ra, tid, seq) is one window
+    run = pl.struct(part).rle_id()
+    first = pl.col("_q").shift(1).ne_missing(pl.col("_q"))
+    gap = (pl.col("ts_ns") - pl.col("ts_ns").shift(1).over("_q")) > SPAN_NS
     k0 = pl.when(pl.col("frag") == 0).then(pl.col("key"))
-    d = d.with_columns(k0.forward_fill().over(part).shift(1).over(part).alias("_pk"))
+    k = k.with_columns(run.alias("_q"))
+    k = k.with_columns(k0.forward_fill().over("_q").shift(1).over("_q").alias("_pk"))
     other_packet = (pl.col("frag") == 0) & pl.col("key").is_not_null() & pl.col("_pk").is_not_null() \
         & (pl.col("key") != pl.col("_pk"))
     # a retry repeats its MPDU's packet number: a first fragment with another PN is another MPDU (a sequence
     # number reused after a wrap, or by a transmitter that restarted)
     p0 = pl.when(pl.col("frag") == 0).then(pl.col("pn"))
-    d = d.with_columns(p0.forward_fill().over(part).shift(1).over(part).alias("_pp"))
+    k = k.with_columns(p0.forward_fill().over("_q").shift(1).over("_q").alias("_pp"))
     other_pn = (pl.col("frag") == 0) & pl.col("pn").is_not_null() & pl.col("_pp").is_not_null() \
         & (pl.col("pn") != pl.col("_pp"))
-    d = d.with_columns((first | gap.fill_null(False) | other_packet.fill_null(False) | other_pn.fill_null(False))
-                       .cast(pl.Int64).cum_sum().alias("gid")).drop("_pk", "_pp")
-    return d.sort("_i").with_columns(pl.int_range(pl.len()).over("gid").cast(pl.UInt32).alias("attempt"))
+    k = k.select("_r", (first | gap.fill_null(False) | other_packet.fill_null(False) | other_pn.fill_null(False))
+                 .cast(pl.Int64).cum_sum().alias("gid"))
+    # in the sorted keys a group is a run of rows in record order: its attempts are numbered from its start
+    g = k["gid"].to_numpy()
+    n = len(g)
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if n else np.zeros(0, np.int64)
+    within = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+    r = k["_r"].to_numpy()
+    gid, attempt = np.empty(n, np.int64), np.empty(n, np.uint32)
+    gid[r], attempt[r] = g, within
+    return d.with_columns(pl.Series("gid", gid), pl.Series("attempt", attempt))
 
 
 def _ba_bits(ba: pl.DataFrame, columns: tuple[str, ...] | None = None) -> pl.DataFrame:
@@ -396,13 +413,15 @@ def _seq_spaces(air: pl.DataFrame) -> pl.DataFrame:
         .when(pl.col("wlan_to_ds") & ~pl.col("wlan_from_ds")).then(pl.lit("up")).otherwise(pl.lit("other"))
         .alias("direction")).collect()
     part = ["ta", "ra", "_tid"]
-    step = ((pl.col("seq") - pl.col("seq").shift(1).over(part) + 2048) % 4096 - 2048).fill_null(0)
-    s = s.sort([*part, "_i"]).with_columns(step.cum_sum().over(part).alias("useq"))
-    u = s.group_by([*part, "useq"]).agg(pl.col("seq").first(), pl.col("ts_ns").min(),
-                                         pl.col("direction").first())
-    u = u.sort([*part, "useq"]).with_columns(
-        (pl.col("useq") - pl.col("useq").min().over(part) - pl.int_range(pl.len()).over(part)).alias("holes"))
-    return u, s.select("_i", *part, "useq")
+    # each space numbered in the spaces' sort order: rows sorted and windowed by one integer
+    s = with_sorted_ids(s, part, "_q").sort("_q", "_i")
+    step = ((pl.col("seq") - pl.col("seq").shift(1).over("_q") + 2048) % 4096 - 2048).fill_null(0)
+    s = s.with_columns(step.cum_sum().over("_q").alias("useq"))
+    u = s.group_by("_q", "useq").agg(pl.col(*part, "seq").first(), pl.col("ts_ns").min(), pl.col("direction").first())
+    u = u.sort("_q", "useq").with_columns(
+        (pl.col("useq") - pl.col("useq").min().over("_q") - pl.int_range(pl.len()).over("_q")).alias("holes"))
+    u = u.select("ta", "ra", "_tid", "useq", "seq", "ts_ns", "direction", "holes")
+    return u, s.select("_i", "ta", "ra", "_tid", "useq")
 
 
 def _orphan_acks(air: pl.DataFrame) -> pl.DataFrame:
@@ -468,7 +487,9 @@ def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[
                  .group_by("ta", "ra").agg(pl.len().cast(pl.Int64).alias("blockack_missed")))
     del bits, seen
     # sorted once and kept sorted: the group-by below would otherwise hold a sorted copy beside `att`
-    att = att.sort("_i").with_columns((pl.int_range(pl.len()).over("gid", "frag") == 0).alias("_frag_first"))
+    if not att["_i"].is_sorted():
+        att = att.sort("_i")
+    att = att.with_columns(pl.struct("gid", "frag").is_first_distinct().alias("_frag_first"))
     # MSDU groups: the first attempt gives seq/key/time; the final fragment's confirmation confirms it
     last_frag = (pl.col("frag") == pl.col("frag").max()) & ~pl.col("more_frag")
     grp = att.group_by("gid").agg(
@@ -629,6 +650,24 @@ def _join_holes(d: pl.DataFrame, sp: pl.DataFrame) -> pl.DataFrame:
 
 _DOWN_COLS = tuple(c.name for c in DOWNLINK)
 _UP_COLS = tuple(c.name for c in UPLINK)
+
+
+def _rank_within(d: pl.DataFrame, by: list[str], order: list[pl.Expr]) -> pl.Series:
+    """Return `_rank`: each row's place (from 0) in its `by` group ordered by `order` (ties: row order).
+
+    One sort of the key columns and a run start per group, instead of a window over tens of thousands of
+    small groups (each sorted on its own)."""
+    k = d.select(*by, *(e.alias(f"_o{i}") for i, e in enumerate(order)),
+                 pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r")).sort([*by, *(f"_o{i}" for i in range(len(order))), "_r"],
+                                                                      nulls_last=False)
+    n = k.height
+    new = k.select(pl.any_horizontal(pl.col(c).ne_missing(pl.col(c).shift(1)) for c in by)).to_series().to_numpy()
+    if n:
+        new[0] = True
+    starts = np.flatnonzero(new)
+    rank = np.empty(n, np.int64)
+    rank[k["_r"].to_numpy()] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+    return pl.Series("_rank", rank)
 
 
 def _dequeued_since_previous(ts: pl.Series, groups: pl.DataFrame) -> pl.Series:
@@ -1099,7 +1138,12 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
         .alias("_sra"),
         pl.when(matched).then(pl.col("_tid")).when(have_p).then(pl.col("_ptid")).otherwise(pl.col("_qtid"))
         .alias("_tid")).drop("ta", "_pta", "_psra", "_ptid", "_qta", "_qsra", "_qtid")
-    part = ["station", "_sta", "_sra", "_tid"]
+    # the space as one integer for the windows below (four columns, three of them strings, hashed once)
+    space = ["station", "_sta", "_sra", "_tid"]
+    ids = d.select(space).unique().with_row_index("_p")
+    d = d.join(ids, on=space, how="left", nulls_equal=True, maintain_order="left")
+    del ids
+    part = ["_p"]
     # in wired order within each space (the windows order the rows: sorting every column would copy them)
     order = ["ts_ns", "frame"]
     d = d.with_columns(
@@ -1112,12 +1156,11 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
     # a packet that arrived with no dequeue since the previous arrival met a full queue.  Those are
     # called missed first, then the earliest (the queue was not full: every one of them was sent).
     d = d.with_columns(_dequeued_since_previous(d.get_column("ts_ns"), a["groups"]).alias("_deq"))
-    d = d.with_columns(pl.int_range(pl.len()).over([*part, "_seg"], order_by=[~matched, ~pl.col("_deq"), *order])
-                       .alias("_rank"),
+    d = d.with_columns(_rank_within(d, [*part, "_seg"], [~matched, ~pl.col("_deq"), *(pl.col(c) for c in order)]),
                        (pl.col("_hn") - pl.col("_hp").fill_null(0)).clip(lower_bound=0).alias("_gap"))
     # unmatched rows follow their segment's matched row (if any): rank among the unseen starts at 0
     d = d.with_columns(pl.when(pl.col("_hp").is_not_null() & (pl.col("_seg") > 0)).then(pl.col("_rank") - 1)
-                       .otherwise(pl.col("_rank")).alias("_rank")).drop("_hp", "_seg", "_deq")
+                       .otherwise(pl.col("_rank")).alias("_rank")).drop("_hp", "_seg", "_deq", "_p")
     # a station whose traffic is protected and none of whose packets could be paired is not judged
     prot = a["groups"].filter(pl.col("direction") == "down").group_by("station").agg(
         (pl.col("protected").mean() > 0.5).alias("_prot")).join(

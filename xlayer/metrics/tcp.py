@@ -62,6 +62,7 @@ from typing import Any
 
 import polars as pl
 
+from xlayer.metrics.keys import with_sorted_ids
 from xlayer.metrics.schema import Column, conform, register
 from xlayer.timeline.flowkey import flow_exprs
 
@@ -84,6 +85,7 @@ DUP_WINDOW_NS = 1_000_000_000     # a network duplicate follows its twin within 
 COPY_WINDOW_NS = 500_000
 OOO_DEFAULT_NS = 3_000_000        # Wireshark's out-of-order window without a handshake RTT
 G = ["conn", "dir"]
+K = "_g"      # `prepare`'s integer number of (conn, dir), for its windows
 
 _C = Column
 RETRANSMISSIONS = register("retransmissions", (
@@ -150,16 +152,21 @@ def _wrap16(e: pl.Expr) -> pl.Expr:
     return pl.when(x >= 1 << 15).then(x - (1 << 16)).otherwise(x)
 
 
-def _rev(col: str, order_by: str | None = None) -> pl.Expr:
+def _rev(col: str, order_by: str | None = None, conn: str = "conn") -> pl.Expr:
     """The last value of `col` seen in the other direction before each row (frame order within conn: the
-    rows' order, or `order_by`'s, the result staying in the rows' order)."""
-    a = pl.when(pl.col("dir") == "a").then(pl.col(col)).forward_fill().over("conn", order_by=order_by)
-    b = pl.when(pl.col("dir") == "b").then(pl.col(col)).forward_fill().over("conn", order_by=order_by)
+    rows' order, or `order_by`'s, the result staying in the rows' order; `conn`: a column naming the conn)."""
+    a = pl.when(pl.col("dir") == "a").then(pl.col(col)).forward_fill().over(conn, order_by=order_by)
+    b = pl.when(pl.col("dir") == "b").then(pl.col(col)).forward_fill().over(conn, order_by=order_by)
     return pl.when(pl.col("dir") == "a").then(b).otherwise(a)
 
 
+# `prepare` keys the working rows by categorical conn/flow and an enum dir: windows, sorts and joins then
+# compare small integers (in the strings' order) instead of hashing the strings; `conform` casts back.
+DIR = pl.Enum(["a", "b"])
+
+
 def _other(d: pl.Expr) -> pl.Expr:
-    return pl.when(d == "a").then(pl.lit("b")).otherwise(pl.lit("a"))
+    return pl.when(d == "a").then(pl.lit("b", DIR)).otherwise(pl.lit("a", DIR))
 
 
 def _initial_ttl(ttl: pl.Expr) -> pl.Expr:
@@ -184,19 +191,26 @@ def prepare(df: pl.DataFrame) -> pl.DataFrame:
                          & (pl.col("ip_frag_offset").fill_null(0) == 0)) \
         .select(*keep, "frame", "ts_ns", "flow", "conn", "dir", "ip_version", "ip_id", "ip_ttl", "tcp_seq",
                 "tcp_ack", "tcp_flags", "tcp_win", "tcp_len", "tcp_wscale", "tcp_tsval", "tcp_tsecr", "tcp_sack") \
-        .collect()
+        .with_columns(pl.col("conn", "flow").cast(pl.Categorical), pl.col("dir").cast(DIR)).collect()
     del df                # the packet table: freed here if the caller holds no other reference to it
     f = pl.col("tcp_flags").cast(pl.Int64).fill_null(0)
     t = t.with_columns(
         ((f & SYN) > 0).alias("syn"), ((f & FIN) > 0).alias("fin"), ((f & RST) > 0).alias("rst"),
         ((f & ACK) > 0).alias("ackf"), pl.col("tcp_len").cast(pl.Int64).fill_null(0).alias("len"),
         pl.col("tcp_seq").cast(pl.Int64).alias("_s"), pl.col("tcp_win").cast(pl.Int64).alias("win"),
-    ).sort("conn", "dir", "frame")
+    )
+    # Rows in (conn, dir, frame) order, sorted and windowed by integers: "_g" numbers the directions in
+    # their sort order, "_c" the conns.
+    t = with_sorted_ids(t, G, "_g").sort("_g", "frame")
+    t = t.with_columns(pl.col("conn").rle_id().alias("_c"))
+    # the rows' permutation into (conn, frame) order and back, for what is computed in a conn's frame order
+    order = t.select(pl.arg_sort_by("_c", "frame")).to_series()
+    back = order.arg_sort()
     # Sequence numbers unwrapped per direction: the first raw value plus the sum of signed 32-bit steps.
-    t = t.with_columns(_wrap32(pl.col("_s").diff().over(G)).fill_null(0).alias("_d"))
-    t = t.with_columns((pl.col("_s").first().over(G) + pl.col("_d").cum_sum().over(G)).alias("seq_u"))
+    t = t.with_columns(_wrap32(pl.col("_s").diff().over(K)).fill_null(0).alias("_d"))
+    t = t.with_columns((pl.col("_s").first().over(K) + pl.col("_d").cum_sum().over(K)).alias("seq_u"))
     t = t.with_columns(
-        (pl.col("seq_u").first().over(G) - pl.when(pl.col("syn").first().over(G)).then(0).otherwise(1)).alias("base"),
+        (pl.col("seq_u").first().over(K) - pl.when(pl.col("syn").first().over(K)).then(0).otherwise(1)).alias("base"),
         (pl.col("seq_u") + pl.col("len") + pl.col("syn").cast(pl.Int64) + pl.col("fin").cast(pl.Int64)).alias("end_u"),
         (pl.col("len") > 0).alias("data"),
     )
@@ -206,34 +220,34 @@ def prepare(df: pl.DataFrame) -> pl.DataFrame:
     t = t.join(firsts, on=G, how="left", maintain_order="left")
     araw = pl.when(pl.col("ackf")).then(pl.col("tcp_ack").cast(pl.Int64))
     t = t.with_columns(araw.alias("_a"))
-    t = t.with_columns(pl.col("_a").forward_fill().backward_fill().over(G).alias("_af"))
-    t = t.with_columns(_wrap32(pl.col("_af").diff().over(G)).fill_null(0).alias("_ad"),
-                       pl.col("_af").first().over(G).alias("_a0"))
+    t = t.with_columns(pl.col("_a").forward_fill().backward_fill().over(K).alias("_af"))
+    t = t.with_columns(_wrap32(pl.col("_af").diff().over(K)).fill_null(0).alias("_ad"),
+                       pl.col("_af").first().over(K).alias("_a0"))
     anchor = pl.when(pl.col("_o").is_not_null()).then(pl.col("_o") + _wrap32(pl.col("_a0") - pl.col("_o"))) \
         .otherwise(pl.col("_a0"))
-    t = t.with_columns(pl.when(pl.col("ackf")).then(anchor + pl.col("_ad").cum_sum().over(G)).alias("ack_u"))
+    t = t.with_columns(pl.when(pl.col("ackf")).then(anchor + pl.col("_ad").cum_sum().over(K)).alias("ack_u"))
     t = t.with_columns(pl.col("rbase").fill_null(pl.col("_a0") - 1).alias("rbase"))
     # Per-direction state before each row (Wireshark: nextseq, lastack, window of the same direction).
     t = t.with_columns(
-        pl.col("end_u").cum_max().shift(1).over(G).alias("nxt0"),
-        pl.col("ack_u").forward_fill().shift(1).over(G).alias("prev_ack"),
-        pl.col("win").shift(1).over(G).alias("prev_win"),
+        pl.col("end_u").cum_max().shift(1).over(K).alias("nxt0"),
+        pl.col("ack_u").forward_fill().shift(1).over(K).alias("prev_ack"),
+        pl.col("win").shift(1).over(K).alias("prev_win"),
     )
     # The rows stay in (conn, dir, frame) order: what needs the connection's frame order is computed in it
     # by the window (order_by) instead of sorting every column back and forth.
-    t = t.with_columns(_rev("win", "frame").alias("rev_win"))
+    t = t.with_columns(_conn_ordered(t, order, back, _rev("win", conn="_c")).alias("rev_win"))
     # A zero-window probe does not advance "next expected" (as Wireshark): recompute without them.
     t = t.with_columns(((pl.col("len") == 1) & (pl.col("seq_u") == pl.col("nxt0")) & (pl.col("rev_win") == 0))
                        .fill_null(False).alias("zwp"))
     t = t.with_columns(pl.when(~pl.col("zwp")).then(pl.col("end_u")).alias("_e"))
-    t = t.with_columns(pl.col("_e").cum_max().shift(1).over(G).alias("nxt"))
+    t = t.with_columns(pl.col("_e").cum_max().shift(1).over(K).alias("nxt"))
     adv = (pl.col("_e") > pl.col("nxt")) | (pl.col("nxt").is_null() & pl.col("_e").is_not_null())
     t = t.with_columns(adv.fill_null(False).alias("adv"))
     t = t.with_columns(
-        pl.when(pl.col("adv")).then(pl.col("ts_ns")).forward_fill().shift(1).over(G).alias("nxt_ts"),
-        pl.when(pl.col("adv")).then(pl.col("frame")).forward_fill().shift(1).over(G).alias("nxt_frame"),
-        pl.when(pl.col("adv")).then(pl.col("ip_id").cast(pl.Int64)).forward_fill().shift(1).over(G).alias("nxt_ipid"),
-        pl.when(pl.col("adv")).then(pl.col("tcp_tsval").cast(pl.Int64)).forward_fill().shift(1).over(G)
+        pl.when(pl.col("adv")).then(pl.col("ts_ns")).forward_fill().shift(1).over(K).alias("nxt_ts"),
+        pl.when(pl.col("adv")).then(pl.col("frame")).forward_fill().shift(1).over(K).alias("nxt_frame"),
+        pl.when(pl.col("adv")).then(pl.col("ip_id").cast(pl.Int64)).forward_fill().shift(1).over(K).alias("nxt_ipid"),
+        pl.when(pl.col("adv")).then(pl.col("tcp_tsval").cast(pl.Int64)).forward_fill().shift(1).over(K)
         .alias("nxt_tsval"),
     )
     seg = (pl.col("len") > 0) | pl.col("syn") | pl.col("fin")
@@ -243,26 +257,41 @@ def prepare(df: pl.DataFrame) -> pl.DataFrame:
     # IP ids tell send order only where the sender numbers its packets (not all-zero / constant; a capture
     # that holds every packet several times still counts).
     t = t.with_columns(((pl.col("ip_version") == 4)
-                        & (pl.col("ip_id").n_unique().over(G) >= 2)
-                        & (pl.col("ip_id").n_unique().over(G) * 4 >= pl.len().over(G)))
+                        & (pl.col("ip_id").n_unique().over(K) >= 2)
+                        & (pl.col("ip_id").n_unique().over(K) * 4 >= pl.len().over(K)))
                        .fill_null(False).alias("idinfo"))
     # ACK runs: Wireshark's duplicate ACK (same seq/ack/window, no data, window not 0).
     dup = ((pl.col("len") == 0) & (pl.col("win") != 0) & (pl.col("win") == pl.col("prev_win"))
            & (pl.col("seq_u") == pl.col("nxt")) & (pl.col("ack_u") == pl.col("prev_ack")) & plain)
     t = t.with_columns(dup.fill_null(False).alias("dup0"))
-    t = t.with_columns(_rev("keepalive", "frame").fill_null(False).alias("rev_ka"))
+    t = t.with_columns(_conn_ordered(t, order, back, _rev("keepalive", conn="_c")).fill_null(False).alias("rev_ka"))
     t = t.with_columns((pl.col("dup0") & ~pl.col("rev_ka")).alias("dupack"))
-    epoch = (pl.col("ack_u") != pl.col("prev_ack")).fill_null(True).cum_sum().over(G)
+    # runs of one ACK value: numbered over the whole table (prev_ack is null on a direction's first row,
+    # so each direction starts a new run) -- one integer key for the window instead of (direction, run)
+    epoch = (pl.col("ack_u") != pl.col("prev_ack")).fill_null(True).cum_sum()
     t = t.with_columns(epoch.alias("_ep"))
-    t = t.with_columns(pl.col("dupack").cast(pl.Int64).cum_sum().over([*G, "_ep"]).alias("dupnum"),
-                       pl.when(~pl.col("dupack")).then(pl.col("frame")).forward_fill().over(G).alias("dup_ref"))
-    t = _sack(t)
+    # (the runs are contiguous: the count since the run's start is the running count less the one before it)
+    n = pl.col("dupack").cast(pl.Int64).cum_sum()
+    run_start = pl.col("_ep") != pl.col("_ep").shift(1)
     t = t.with_columns(
-        _rev("ack_u", "frame").alias("rev_ack"), _rev("dupnum", "frame").alias("rev_dup"),
-        _rev("sack_max", "frame").alias("rev_sack"), _rev("ts_ns", "frame").alias("rev_ts"),
-        pl.col("ts_ns").shift(1).over("conn", order_by="frame").alias("prev_conn_ts"),
-    )
-    return t.drop("_s", "_d", "_e", "_a", "_af", "_ad", "_a0", "_o", "_ep", "tcp_sack")
+        (n - pl.when(run_start.fill_null(True)).then(n - pl.col("dupack").cast(pl.Int64)).forward_fill()).alias("dupnum"),
+        pl.when(~pl.col("dupack")).then(pl.col("frame")).forward_fill().over(K).alias("dup_ref"))
+    t = _sack(t)
+    t = t.with_columns(_conn_ordered(t, order, back, _rev("ack_u", conn="_c").alias("rev_ack"),
+                                     _rev("dupnum", conn="_c").alias("rev_dup"),
+                                     _rev("sack_max", conn="_c").alias("rev_sack"),
+                                     _rev("ts_ns", conn="_c").alias("rev_ts"),
+                                     pl.col("ts_ns").shift(1).over("_c").alias("prev_conn_ts")))
+    return t.drop("_s", "_d", "_e", "_a", "_af", "_ad", "_a0", "_o", "_ep", "tcp_sack", "_g", "_c")
+
+
+def _conn_ordered(t: pl.DataFrame, order: pl.Series, back: pl.Series, *exprs: pl.Expr) -> pl.Series | list[pl.Series]:
+    """Return `exprs` evaluated on the rows of `t` put in (conn, frame) order by `order`, in `t`'s row order
+    again (`back`, the inverse permutation): one gather each way instead of a window sorting every conn."""
+    cols = sorted({"_c", "dir"}.union(*(e.meta.root_names() for e in exprs)))
+    o = t.select(pl.col(cols).gather(order)).select(*exprs)
+    out = [o.get_column(c).gather(back) for c in o.columns]
+    return out[0] if len(out) == 1 else out
 
 
 def _sack(t: pl.DataFrame) -> pl.DataFrame:
@@ -302,10 +331,13 @@ def sides(t: pl.DataFrame) -> pl.DataFrame:
     syn = t.filter(pl.col("syn") & ~pl.col("ackf")).group_by("conn").agg(
         pl.col("dir").first().alias("cdir"), pl.col("ts_ns").min().alias("t0"))
     sa = t.filter(pl.col("syn") & pl.col("ackf")).group_by("conn").agg(pl.col("ts_ns").min().alias("t1"))
-    hs = syn.join(sa, on="conn").join(t.select("conn", "dir", "ts_ns", "syn", "ackf"), on="conn") \
-        .filter((pl.col("dir") == pl.col("cdir")) & ~pl.col("syn") & pl.col("ackf") & (pl.col("ts_ns") > pl.col("t1"))) \
-        .group_by("conn").agg(pl.col("cdir").first(), pl.col("t0").first(), pl.col("t1").first(),
-                              pl.col("ts_ns").min().alias("t2"))
+    # the client's first ACK after the SYN-ACK: the earliest later one, a look-up in time order (not a join
+    # of every packet of the connection)
+    later = t.lazy().filter(~pl.col("syn") & pl.col("ackf") & pl.col("ts_ns").is_not_null()).select(
+        "conn", pl.col("dir").alias("cdir"), pl.col("ts_ns").alias("t2")).sort("t2").collect()
+    hs = syn.join(sa, on="conn").filter(pl.col("t1").is_not_null()).sort("t1").join_asof(
+        later, left_on="t1", right_on="t2", by=["conn", "cdir"], strategy="forward", allow_exact_matches=False,
+        check_sortedness=False).filter(pl.col("t2").is_not_null())
     # server near: it answers the SYN faster than the client answers the SYN-ACK
     hs = hs.with_columns(pl.when((pl.col("t1") - pl.col("t0")) < (pl.col("t2") - pl.col("t1"))).then(pl.lit("server"))
                          .when((pl.col("t1") - pl.col("t0")) > (pl.col("t2") - pl.col("t1"))).then(pl.lit("client"))
@@ -321,9 +353,9 @@ def sides(t: pl.DataFrame) -> pl.DataFrame:
     return out.select(*G, side.fill_null("unknown").alias("side"))
 
 
-def _first_ack(left: pl.DataFrame, t: pl.DataFrame, need: str) -> pl.DataFrame:
-    """Add ack_frame/ack_ts/ack_tsecr: the first ACK after each left row (conn, dir, frame) from the other
-    direction whose acknowledgement reaches left[need] (ACKs taken cumulatively, in frame order)."""
+def _ack_tables(t: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Return `_first_ack`'s two views of the ACKs of `t`: every ACK by frame, and the first ACK reaching
+    each new cumulative acknowledgement (both keyed by the direction they acknowledge)."""
     # (lazily, here and below: a filter of `t` then copies only the columns selected, not all of `t`'s)
     acks = t.lazy().filter(pl.col("ackf") & pl.col("ack_u").is_not_null()).select(
         "conn", _other(pl.col("dir")).alias("dir"), "frame", "ts_ns", "ack_u",
@@ -331,15 +363,21 @@ def _first_ack(left: pl.DataFrame, t: pl.DataFrame, need: str) -> pl.DataFrame:
     acks = acks.with_columns(pl.col("ack_u").cum_max().over(G).alias("cm"))
     r1 = acks.select(*G, pl.col("frame").alias("_f"), pl.col("frame").alias("f1"), pl.col("ts_ns").alias("t1"),
                      pl.col("tsecr").alias("e1"), pl.col("cm").alias("cm1")).sort("_f")
-    # made before the first look-up, so that all the ACKs are not held through it beside their two views
     r2 = acks.unique([*G, "cm"], keep="first", maintain_order=True).select(
         *G, pl.col("cm").alias("_cm"), pl.col("frame").alias("f2"), pl.col("ts_ns").alias("t2"),
         pl.col("tsecr").alias("e2")).sort("_cm")
-    del acks
+    return r1, r2
+
+
+def _first_ack(left: pl.DataFrame, t: pl.DataFrame, need: str,
+               acks: tuple[pl.DataFrame, pl.DataFrame] | None = None) -> pl.DataFrame:
+    """Add ack_frame/ack_ts/ack_tsecr: the first ACK after each left row (conn, dir, frame) from the other
+    direction whose acknowledgement reaches left[need] (ACKs taken cumulatively, in frame order; `acks`:
+    `_ack_tables(t)` when the caller made them already)."""
+    r1, r2 = acks if acks is not None else _ack_tables(t)
     out = left.with_row_index("_i").sort("frame").join_asof(
         r1, left_on="frame", right_on="_f", by=G, strategy="forward", allow_exact_matches=False,
         check_sortedness=False).drop("_f")
-    del r1            # each working table is freed once used: `t` and `left` are held meanwhile
     out = out.sort(need).join_asof(r2, left_on=need, right_on="_cm", by=G, strategy="forward",
                         check_sortedness=False).drop("_cm")
     ok1 = pl.col("cm1") >= pl.col(need)
@@ -385,14 +423,14 @@ def network_copies(rows: pl.DataFrame, seg: pl.DataFrame, by: list[str]) -> pl.D
 
 
 def _rto(t: pl.DataFrame, cand_seq: pl.DataFrame, cand_frames: pl.DataFrame,
-         copies: pl.DataFrame | None = None) -> pl.DataFrame:
+         copies: pl.DataFrame | None = None, acks: tuple[pl.DataFrame, pl.DataFrame] | None = None) -> pl.DataFrame:
     """Return (conn, dir, ts_ns, srtt, rto) after each RTT sample (RFC 6298; Karn: never-retransmitted data;
     `copies`: frames of network copies, no sample of their own: their original gives it)."""
     d = t.lazy().filter(pl.col("data")).select(*G, "frame", "ts_ns", "seq_u", "end_u").collect()
     d = d.join(cand_seq, on=[*G, "seq_u"], how="anti").drop("seq_u")
     if copies is not None and copies.height:
         d = d.join(copies, on=[*G, "frame"], how="anti")
-    s = _first_ack(d, t, "end_u").filter(pl.col("ack_ts").is_not_null())
+    s = _first_ack(d, t, "end_u", acks).filter(pl.col("ack_ts").is_not_null())
     # An ACK that comes only after a retransmission filled a hole below the segment measures the recovery,
     # not the path: drop samples with a retransmission of the direction between segment and ACK.
     n = cand_frames.sort("frame").with_columns(pl.int_range(1, pl.len() + 1).over(G).alias("_n")) \
@@ -419,13 +457,13 @@ def _analyze(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame
 
 # columns of `prepare` that only served `prepare` itself (and `sides`)
 _SPENT = ("ip_version", "tcp_flags", "tcp_win", "tcp_len", "tcp_ack", "prev_win", "prev_ack", "nxt0", "dup0", "rev_ka",
-          "adv", "rev_win")
+          "adv")
 # columns of `prepare` that only the retransmission candidates read (and `sides`: ip_ttl)
-_CAND_ONLY = ("ip_ttl", "nxt", "nxt_ts", "nxt_frame", "nxt_ipid", "nxt_tsval", "sack_max", "rev_ack", "rev_dup",
+_CAND_ONLY = ("ip_ttl", "nxt", "nxt_ts", "nxt_frame", "nxt_ipid", "nxt_tsval", "sack_max", "rev_dup",
               "rev_sack", "rev_ts", "prev_conn_ts")
 # columns of `prepare` that only `_events` (and the steps before it) read
 _EVENTS_ONLY = ("flow", "syn", "fin", "rst", "len", "win", "base", "rbase", "zwp", "keepalive", "dupack", "dupnum",
-                "dup_ref", "tcp_wscale")
+                "dup_ref", "tcp_wscale", "rev_ack", "rev_win")
 
 
 def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -442,7 +480,9 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
         & (pl.col("rev_ack") >= pl.col("end_u")) & (pl.col("rev_ts") < pl.col("ts_ns"))
     t = t.with_columns(below.fill_null(False).alias("_below"))
     t = t.with_columns(fresh.fill_null(False).alias("_fresh"), acked.fill_null(False).alias("acked_before"))
-    by_dsack = _dsacked_first(t)
+    # the ACKs' look-up tables, made once for the three look-ups of the capture
+    acks = _ack_tables(t)
+    by_dsack = _dsacked_first(t, acks)
     cand = t.filter(pl.col("_below") | (pl.col("_fresh") & pl.col("acked_before"))
                     | pl.col("frame").is_in(by_dsack["frame"].implode())) \
         .with_columns((~pl.col("_below")).alias("missed"))
@@ -513,7 +553,7 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     retx = ~pl.col("netdup") & ~pl.col("reorder")
     # Karn: no sample from segments at a retransmitted sequence number; a network copy is no retransmission
     rto = _rto(t, cand.filter(~pl.col("netdup")).select(*G, "seq_u").unique(), cand.filter(retx).select(*G, "frame"),
-               cand.filter(pl.col("netdup")).select(*G, "frame"))
+               cand.filter(pl.col("netdup")).select(*G, "frame"), acks)
     cand = cand.sort("ts_ns").join_asof(rto.sort("ts_ns"), on="ts_ns", by=G, strategy="backward",
                                                              check_sortedness=False)
     cand = cand.with_columns(
@@ -568,7 +608,8 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
                                         check_sortedness=False)
     dsack = retx & (pl.col("dr") >= pl.col("end_u")) & (pl.col("dsack_frame") > pl.col("frame"))
     cand = cand.with_columns((pl.col("seq_u") + 1).alias("_need"))
-    cand = _first_ack(cand.sort("conn", "dir", "frame"), t, "_need")
+    cand = _first_ack(cand.sort("conn", "dir", "frame"), t, "_need", acks)
+    del acks
     eifel = retx & tsval.is_not_null() & (tsval != 0) & (pl.col("ack_tsecr").fill_null(0) != 0) \
         & (_wrap32(pl.col("ack_tsecr") - tsval) < 0) & (pl.col("ack_ts") >= pl.col("ts_ns"))
     acked = retx & (pl.col("len") > 0) & (pl.col("rev_ack") >= pl.col("end_u"))
@@ -586,7 +627,7 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     return t, cand, ev
 
 
-def _dsacked_first(t: pl.DataFrame) -> pl.DataFrame:
+def _dsacked_first(t: pl.DataFrame, acks: tuple[pl.DataFrame, pl.DataFrame] | None = None) -> pl.DataFrame:
     """Return (conn, dir, frame) of the segments that do not start below "next expected" (``_fresh`` rows) and
     whose first covering ACK after them is a D-SACK for them (module doc): the receiver had their bytes."""
     dsk = t.filter(pl.col("dsack_left").is_not_null()).select(
@@ -607,7 +648,7 @@ def _dsacked_first(t: pl.DataFrame) -> pl.DataFrame:
         .group_by(*G, "frame", "seq_u", "end_u").agg(pl.col("_df").min())
     # ... is the first ACK after it to cover it (else the receiver took this one as new, the copy it
     # D-SACKed came later) ...
-    hit = _first_ack(hit, t, "end_u").filter(pl.col("ack_frame").is_null() | (pl.col("ack_frame") >= pl.col("_df")))
+    hit = _first_ack(hit, t, "end_u", acks).filter(pl.col("ack_frame").is_null() | (pl.col("ack_frame") >= pl.col("_df")))
     # ... and comes before any other transmission of its sequence number here
     again = t.lazy().filter(pl.col("seg")).select(*G, "seq_u", pl.col("frame").alias("_f")).collect() \
         .join(hit.select(*G, "seq_u", "frame", "_df"), on=[*G, "seq_u"]) \
@@ -619,8 +660,10 @@ def _handshake_rtt(t: pl.DataFrame) -> pl.DataFrame:
     """Return (conn, ooo_thres): Wireshark's out-of-order window, the first RTT (SYN to the handshake's ACK)."""
     syn = t.filter(pl.col("syn") & ~pl.col("ackf")).group_by("conn").agg(pl.col("ts_ns").min().alias("_t0"),
                                                                         pl.col("dir").first().alias("_cd"))
-    fin = t.join(syn, on="conn").filter(~pl.col("syn") & pl.col("ackf") & (pl.col("dir") == pl.col("_cd"))) \
-        .group_by("conn").agg(pl.col("_t0").first(), pl.col("ts_ns").min().alias("_t2"))
+    # the client's first ACK: per direction the earliest one, then the SYN's direction's
+    acks = t.lazy().filter(~pl.col("syn") & pl.col("ackf")).group_by(G).agg(pl.col("ts_ns").min().alias("_t2")) \
+        .collect()
+    fin = syn.join(acks, left_on=["conn", "_cd"], right_on=G)
     out = t.select("conn").unique().join(fin, on="conn", how="left")
     return out.select("conn", (pl.col("_t2") - pl.col("_t0")).fill_null(OOO_DEFAULT_NS).alias("ooo_thres"))
 
@@ -641,9 +684,10 @@ def _events(t: pl.DataFrame, cand: pl.DataFrame) -> pl.DataFrame:
                                                                       rel_seq, rel_ack))
     # window full: the segment reaches the right edge of the receiver's last advertised window
     scale = _scales(t)
-    w = t.select(*base, "dir", "len", "syn", "fin", "rst", "seq_u", "base", "ack_u", "rbase", "win") \
-        .join(scale, on=G, how="left").sort("conn", "frame")
-    w = w.with_columns(_rev("ack_u").alias("_ra"), _rev("win").alias("_rw"))
+    # the other direction's last ACK and window before each row: `prepare`'s rev_ack and rev_win
+    w = t.select(*base, "dir", "len", "syn", "fin", "rst", "seq_u", "base", "ack_u", "rbase",
+                 pl.col("rev_ack").alias("_ra"), pl.col("rev_win").alias("_rw")) \
+        .join(scale, on=G, how="left")
     edge = pl.col("_ra") + pl.col("_rw") * pl.col("rscale")
     parts.append(w.filter((pl.col("len") > 0) & plain & (pl.col("seq_u") + pl.col("len") == edge).fill_null(False))
                  .select(*base, pl.lit("window_full").alias("event"), rel_seq, rel_ack))
