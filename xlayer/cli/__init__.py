@@ -8,6 +8,7 @@ from xlayer.cli import (
     analyze,
     bundle,
     cache,
+    campaign,
     capture,
     ingest,
     lab,
@@ -16,6 +17,6 @@ from xlayer.cli import (
     sim,
 )
 
-COMMANDS = (ingest, bundle, capture, lab, sim, align, metrics, analyze, report, cache)
+COMMANDS = (ingest, bundle, capture, lab, sim, align, metrics, analyze, report, cache, campaign)
 
 __all__ = ["COMMANDS"]
