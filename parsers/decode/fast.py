@@ -151,6 +151,11 @@ def _decrypted(plain: dict[int, Plain] | PlainChunk, out: ColumnBuilder) -> None
     buf = np.frombuffer(b"".join(frames), np.uint8)
     span = Span(rows[done], start, start + lens, claimed, np.full(len(done), KIND_DOT11, np.int64),
                 claimed > start + lens)
+    _decode_plaintext(buf, span, out)
+
+
+def _decode_plaintext(buf: np.ndarray, span: Span, out: ColumnBuilder) -> None:
+    """Decode decrypted 802.11 bodies (`span` over `buf`) on through LLC/SNAP, network and transport."""
     ahead, out.ahead = out.ahead, None     # gathers made ahead are of the capture's bytes, not these
     try:
         net = handed_on(_guarded(decode_plain_body, buf, span, out, "802.11"))
@@ -177,15 +182,7 @@ def _decrypted_columns(plain: PlainChunk, out: ColumnBuilder) -> None:
     claimed = start + plain.claimed[done]
     span = Span(rows[done], start, end, claimed, np.full(len(done), KIND_DOT11, np.int64), claimed > end)
     buf = plain.buf
-    ahead, out.ahead = out.ahead, None     # gathers made ahead are of the capture's bytes, not these
-    try:
-        net = handed_on(_guarded(decode_plain_body, buf, span, out, "802.11"))
-        if net and out.decodes("network"):
-            transport = _dispatch(buf, concat(net), registry.NET_DECODERS, out, "network")
-            if transport and out.decodes("transport"):
-                _dispatch(buf, concat(transport), registry.TRANSPORT_DECODERS, out, "transport")
-    finally:
-        out.ahead = ahead
+    _decode_plaintext(buf, span, out)
 
 
 def _refill(chunk: RecordChunk, rows: np.ndarray, out: ColumnBuilder,

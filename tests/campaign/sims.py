@@ -2,14 +2,10 @@
 per machine (cached beside `tests.helpers.common.sim_bundle`'s bundles, under a file lock)."""
 from __future__ import annotations
 
-import fcntl
-import shutil
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests.helpers.common import SIM_CACHE
+from tests.helpers.common import sim_bundle
 
 CONDITIONS = (("steady", "g"), ("steady", "n"), ("rts_cts", "g"), ("rts_cts", "n"))
 SEEDS = tuple(range(1, 11))
@@ -18,24 +14,7 @@ SECONDS = 2.0
 
 def campaign_sim(scenario: str, standard: str, seed: int, seconds: float = SECONDS) -> Path:
     """Return the directory of one simulated bundle of the campaign (simulated once per machine)."""
-    from xlayer.testbeds.sim import SimError, get_scenario, run_scenario
-
-    tag = f"campaign-{scenario}-{standard}-s{seed}-{seconds:g}s"
-    out = SIM_CACHE / tag
-    SIM_CACHE.mkdir(parents=True, exist_ok=True)
-    with open(SIM_CACHE / f"{tag}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "truth.json").is_file():
-            if out.exists():
-                shutil.rmtree(out)
-            try:
-                run_scenario(scenario, out, seed=seed,
-                             scenario=get_scenario(scenario, seconds, seed=seed, standard=standard))
-            except SimError as exc:
-                if exc.ns3_missing:
-                    pytest.skip(f"ns-3 cannot be imported: {exc}")
-                raise
-    return out
+    return sim_bundle(scenario, seed, seconds, standard=standard)
 
 
 def campaign_sims() -> list[Path]:

@@ -78,18 +78,22 @@ def deadline(seconds: int):
 SIM_CACHE = Path(os.environ.get("XLAYER_TEST_SIMS", "/tmp/xlayer-test-sims"))
 
 
-def sim_bundle(scenario: str, seed: int = 1, seconds: float | None = None, encrypt: str | None = None) -> Path:
+def sim_bundle(scenario: str, seed: int = 1, seconds: float | None = None, encrypt: str | None = None,
+               standard: str | None = None) -> Path:
     """Return the directory of an ns-3 simulated bundle (xlayer sim), made once per machine and cached.
 
     Workers of one pytest-xdist run share the cache under a file lock, so each (scenario, seed,
     seconds) is simulated once; skipped, saying why, where ns-3 cannot be imported.  `encrypt`: a
-    WPA2 passphrase (`xlayer sim --encrypt`), cached apart from the open bundle.
+    WPA2 passphrase (`xlayer sim --encrypt`), cached apart from the open bundle; `standard`: run on
+    that standard (`xlayer sim --standard`).
     """
     import fcntl
 
-    from xlayer.testbeds.sim import SimError, run_scenario
+    from xlayer.testbeds.sim import SimError, get_scenario, run_scenario
 
-    tag = f"{scenario}-s{seed}" + ("" if seconds is None else f"-{seconds:g}s") + ("" if encrypt is None else "-wpa2-" + hashlib.sha256(encrypt.encode()).hexdigest()[:8])
+    tag = (f"{scenario}-s{seed}" + ("" if seconds is None else f"-{seconds:g}s")
+           + ("" if standard is None else f"-{standard}")
+           + ("" if encrypt is None else "-wpa2-" + hashlib.sha256(encrypt.encode()).hexdigest()[:8]))
     out = SIM_CACHE / tag
     SIM_CACHE.mkdir(parents=True, exist_ok=True)
     with open(SIM_CACHE / f"{tag}.lock", "w") as lock:
@@ -98,7 +102,8 @@ def sim_bundle(scenario: str, seed: int = 1, seconds: float | None = None, encry
             if out.exists():
                 shutil.rmtree(out)
             try:
-                run_scenario(scenario, out, seed=seed, seconds=seconds, encrypt=encrypt)
+                sc = None if standard is None else get_scenario(scenario, seconds, seed=seed, standard=standard)
+                run_scenario(scenario, out, seed=seed, seconds=seconds, encrypt=encrypt, scenario=sc)
             except SimError as exc:
                 if exc.ns3_missing:
                     pytest.skip(f"ns-3 cannot be imported: {exc}")
