@@ -25,8 +25,11 @@ sys.path.insert(0, str(REPO))
 
 def default_bundles() -> list[str]:
     """Return the simulated campaign's bundles if made, else the shipped samples."""
-    sims = Path(os.environ.get("XLAYER_TEST_SIMS", "/tmp/xlayer-test-sims"))
-    found = sorted(str(p.parent) for p in sims.glob("campaign-*/truth.json"))
+    from tests.campaign.sims import CONDITIONS, SECONDS, SEEDS
+    from tests.helpers.common import SIM_CACHE, sim_tag
+
+    tags = [sim_tag(sc, seed, SECONDS, standard=std) for sc, std in CONDITIONS for seed in SEEDS]
+    found = [str(SIM_CACHE / t) for t in tags if (SIM_CACHE / t / "truth.json").is_file()]
     return found or sorted(str(p.parent) for p in (REPO / "samples").glob("*/bundle.json"))
 
 

@@ -78,6 +78,14 @@ def deadline(seconds: int):
 SIM_CACHE = Path(os.environ.get("XLAYER_TEST_SIMS", "/tmp/xlayer-test-sims"))
 
 
+def sim_tag(scenario: str, seed: int = 1, seconds: float | None = None, encrypt: str | None = None,
+            standard: str | None = None) -> str:
+    """Return the name of `sim_bundle`'s cached bundle for these arguments (under SIM_CACHE)."""
+    return (f"{scenario}-s{seed}" + ("" if seconds is None else f"-{seconds:g}s")
+            + ("" if standard is None else f"-{standard}")
+            + ("" if encrypt is None else "-wpa2-" + hashlib.sha256(encrypt.encode()).hexdigest()[:8]))
+
+
 def sim_bundle(scenario: str, seed: int = 1, seconds: float | None = None, encrypt: str | None = None,
                standard: str | None = None) -> Path:
     """Return the directory of an ns-3 simulated bundle (xlayer sim), made once per machine and cached.
@@ -91,9 +99,7 @@ def sim_bundle(scenario: str, seed: int = 1, seconds: float | None = None, encry
 
     from xlayer.testbeds.sim import SimError, get_scenario, run_scenario
 
-    tag = (f"{scenario}-s{seed}" + ("" if seconds is None else f"-{seconds:g}s")
-           + ("" if standard is None else f"-{standard}")
-           + ("" if encrypt is None else "-wpa2-" + hashlib.sha256(encrypt.encode()).hexdigest()[:8]))
+    tag = sim_tag(scenario, seed, seconds, encrypt, standard)
     out = SIM_CACHE / tag
     SIM_CACHE.mkdir(parents=True, exist_ok=True)
     with open(SIM_CACHE / f"{tag}.lock", "w") as lock:
