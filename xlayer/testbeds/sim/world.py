@@ -251,6 +251,26 @@ def _wifi_helpers(ns, sc: dict, chan) -> tuple:
     return phy, wifi
 
 
+def _install_bss(ns, sc: dict, phy, wifi, stas, aps, sniffer, keep: list, *, active_probing: bool = False,
+                 sniffer_gain_db: float | None = None) -> tuple:
+    """Return (station, AP, sniffer) devices of one SSID installed on the nodes (helpers kept alive in `keep`)."""
+    # The SSID goes into beacons and probe responses as raw bytes (ns-3 keeps at most 32).
+    ssid = ns.Ssid(sc["ssid"])
+    mac = ns.WifiMacHelper()
+    mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ssid), "ActiveProbing", ns.BooleanValue(active_probing))
+    sta_devs = wifi.Install(phy, mac, stas)
+    mac.SetType("ns3::ApWifiMac", "Ssid", ns.SsidValue(ssid))
+    ap_devs = wifi.Install(phy, mac, aps)
+    # A station looking for an SSID nobody serves never associates, so never transmits: a monitor.
+    mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ns.Ssid("xlayer-nobody")),
+                "ActiveProbing", ns.BooleanValue(False))
+    if sniffer_gain_db is not None:
+        phy.Set("RxGain", ns.DoubleValue(sniffer_gain_db))
+    sniff_devs = wifi.Install(phy, mac, sniffer)
+    keep += [phy, wifi, ssid, mac, sta_devs, ap_devs, sniff_devs]
+    return sta_devs, ap_devs, sniff_devs
+
+
 def _container(ns, *items):
     """Return a NodeContainer or NetDeviceContainer (by the first item's kind) holding `items`."""
     c = ns.NodeContainer() if hasattr(items[0], "GetId") else ns.NetDeviceContainer()
@@ -303,20 +323,12 @@ def _simulate_aps(ns, x, job: dict, sc: dict, work: Path, keep: list) -> dict:
         channel.AddPropagationLoss("ns3::NakagamiPropagationLossModel", "m0", m, "m1", m, "m2", m)
     chan = channel.Create()
     phy, wifi = _wifi_helpers(ns, sc, chan)
-    ssid = ns.Ssid(sc["ssid"])
-    mac = ns.WifiMacHelper()
     # Active probing: after MaxMissedBeacons the station scans with probe requests and joins the AP it
-    # hears best (passive scanning would wait for beacons).
-    mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ssid), "ActiveProbing", ns.BooleanValue(True))
-    sta_devs = wifi.Install(phy, mac, stas)
-    mac.SetType("ns3::ApWifiMac", "Ssid", ns.SsidValue(ssid))
-    ap_devs = wifi.Install(phy, mac, aps)
-    mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ns.Ssid("xlayer-nobody")),
-                "ActiveProbing", ns.BooleanValue(False))
-    # A monitor with a better antenna than the stations' (as a survey setup has): it hears both BSSs.
-    phy.Set("RxGain", ns.DoubleValue(float(sc.get("sniffer_rx_gain_db", 0.0))))
-    sniff_devs = wifi.Install(phy, mac, sniffer)
-    keep += [channel, chan, phy, wifi, ssid, mac, sta_devs, ap_devs, sniff_devs]
+    # hears best (passive scanning would wait for beacons).  The monitor has a better antenna than the
+    # stations' (as a survey setup has): it hears both BSSs.
+    sta_devs, ap_devs, sniff_devs = _install_bss(ns, sc, phy, wifi, stas, aps, sniffer, keep, active_probing=True,
+                                                 sniffer_gain_db=float(sc.get("sniffer_rx_gain_db", 0.0)))
+    keep += [channel, chan]
     ns.WifiHelper.AssignStreams(sta_devs, 100)
     ns.WifiHelper.AssignStreams(ap_devs, 200)
     ns.WifiHelper.AssignStreams(sniff_devs, 300)
@@ -489,18 +501,8 @@ def simulate(job: dict) -> dict:
         wifi.ConfigHtOptions("ShortGuardIntervalSupported", ns.BooleanValue(True))
     # No traffic-control queue above the Wi-Fi device: the AP's WifiMacQueue is the AP queue.
     wifi.DisableFlowControl()
-    # The SSID goes into beacons and probe responses as raw bytes (ns-3 keeps at most 32).
-    ssid = ns.Ssid(sc["ssid"])
-    mac = ns.WifiMacHelper()
-    mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ssid), "ActiveProbing", ns.BooleanValue(False))
-    sta_devs = wifi.Install(phy, mac, stas)
-    mac.SetType("ns3::ApWifiMac", "Ssid", ns.SsidValue(ssid))
-    ap_devs = wifi.Install(phy, mac, ap)
-    # A station looking for an SSID nobody serves never associates, so never transmits: a monitor.
-    mac.SetType("ns3::StaWifiMac", "Ssid", ns.SsidValue(ns.Ssid("xlayer-nobody")),
-                "ActiveProbing", ns.BooleanValue(False))
-    sniff_devs = wifi.Install(phy, mac, sniffer)
-    keep += [channel, phy, wifi, ssid, mac, sta_devs, ap_devs, sniff_devs]
+    sta_devs, ap_devs, sniff_devs = _install_bss(ns, sc, phy, wifi, stas, ap, sniffer, keep)
+    keep.append(channel)
     # Fixed random streams per device: the same seed gives the same run whatever else changes.
     ns.WifiHelper.AssignStreams(sta_devs, 100)
     ns.WifiHelper.AssignStreams(ap_devs, 200)
