@@ -267,3 +267,35 @@ def test_identical_directions_fit() -> None:
     y = np.zeros_like(x)
     fit = fitm.two_way(x, y, x.copy(), y.copy())
     assert fit.a == 0.0 and fit.s == 0.0 and fit.n_floor == 2 * len(x)
+
+
+@pytest.mark.parametrize("seed", range(6, 12))
+def test_no_size_term_without_a_size_effect(seed: int) -> None:
+    """Stamps in ns across 4 s, ACKs of 52 and 56 bytes and two 1500-byte packets, no size effect at
+    all: the size column's spread is fifteen orders of magnitude below the time's.  A pseudo-inverse cut
+    it to 0 there and took whatever slope the two packets' noise gave for a certain one; the size term
+    must stay 0."""
+    rng = np.random.default_rng(seed)
+    n, span = 4000, 4 * NS
+    x = np.sort(rng.uniform(-span / 2, span / 2, n))
+    size = rng.choice(np.array([52.0, 56.0]), n)
+    size[rng.choice(n, 2, replace=False)] = 1500.0
+    y = 3e5 + 45e-6 * x + rng.normal(0, 28e3, n)
+    assert fitm._size_term(x, y, size, 20e3) == 0.0
+
+
+@pytest.mark.parametrize("seed", range(40, 44))
+def test_packets_left_on_the_wrong_side_widen_the_uncertainty(seed: int) -> None:
+    """A fifth of the forward packets, matched by identity, arrive 300 us before the reverse envelope
+    allows (the floor bends: no line holds them).  They are left out of the fit, said so, and the
+    offset's uncertainty grows by how far the line misses them, so that a chain prefers another path."""
+    skew = SKEWS[seed % 4]
+    xf, yf, xr, yr, theta = delay_table(seed, skew_ppm=skew, rev_rate=250, retry_share=0.1)
+    clean = fitm.two_way(xf, yf, xr, yr)
+    rng = np.random.default_rng(seed)
+    odd = rng.random(len(xf)) < 0.2
+    bent = np.where(odd, theta(xf) - 60e3 - 300e3 + rng.normal(0, 20e3, len(xf)), yf)
+    fit = fitm.two_way(xf, bent, xr, yr)
+    assert any("wrong side of the line" in n for n in fit.notes), fit.notes
+    assert not any("wrong side of the line" in n for n in clean.notes), clean.notes
+    assert fit.uncertainty_ns >= clean.uncertainty_ns + 200e3, (fit.uncertainty_ns, clean.uncertainty_ns)

@@ -29,6 +29,7 @@ where = sys.argv.pop(1)
 def pause(tl_dir):
     print("paused", tl_dir, flush=True)
     if where.endswith("-raise"):
+        sys.stdin.readline()      # the test has seen the spill directory: raising now removes it
         raise RuntimeError("a bug after the spill directory was made")
     time.sleep(600)
 
@@ -63,7 +64,8 @@ def _start(tmp: Path, where: str, *args: str) -> tuple[subprocess.Popen, Path]:
     """Start `xlayer analyze` spilling into tmp; return it and its spill directory once it paused there."""
     cmd = [sys.executable, "-c", _RUN, where, "analyze", str(SAMPLE), "--no-cache", "-q", *args]
     env = {**os.environ, "TMPDIR": str(tmp), "XLAYER_CACHE_DIR": str(tmp / "cache")}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     with deadline(300):
         line = proc.stdout.readline()
     assert line.startswith("paused "), (line, proc.communicate(timeout=60))
@@ -116,7 +118,7 @@ def test_signal_removes_the_spill(tmp: Path, where: str, sig: int):
 def test_exception_removes_the_spill(tmp: Path, where: str):
     """A bug inside open_timeline, or after it returned: a traceback, but no spill left behind."""
     proc, spill = _start(tmp, where)
-    out, err = proc.communicate(timeout=300)
+    out, err = proc.communicate(input="raise\n", timeout=300)
     assert proc.returncode not in (0, None) and "a bug after the spill directory was made" in err
     assert not spill.exists() and _spills(tmp) == []
 

@@ -157,6 +157,14 @@ def jitter_sigma(x: np.ndarray, y: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(d)) / math.sqrt(2.0))
 
 
+def _dot(u: np.ndarray, v: np.ndarray) -> float:
+    """Return the dot product of two vectors, summed by numpy rather than BLAS.
+
+    BLAS threads waiting for busy cores made each dot product of a few thousand points take
+    milliseconds on a loaded machine; numpy's own sum does not wait."""
+    return float(np.einsum("i,i->", u, v))
+
+
 def _ls(x: np.ndarray, y: np.ndarray) -> tuple[Line, float, float]:
     """Return the least-squares line, its residual std (ns) and the slope's variance."""
     n = len(x)
@@ -164,14 +172,14 @@ def _ls(x: np.ndarray, y: np.ndarray) -> tuple[Line, float, float]:
         return Line(math.nan, 0.0), math.inf, math.inf
     xm = float(x.mean())
     dx = x - xm
-    sxx = float(dx @ dx)
+    sxx = _dot(dx, dx)
     if n < 3 or sxx <= 0.0:
         a = float(np.mean(y))
         return Line(a - 0.0 * xm, 0.0), float(np.std(y)) if n > 1 else 0.0, math.inf
-    b = float(dx @ (y - y.mean())) / sxx
+    b = _dot(dx, y - y.mean()) / sxx
     a = float(y.mean()) - b * xm
     r = y - (a + b * x)
-    sig = float(np.sqrt(r @ r / max(n - 2, 1)))
+    sig = math.sqrt(_dot(r, r) / max(n - 2, 1))
     return Line(a, b), sig, max(sig, SIGMA_FLOOR_NS / 4) ** 2 / sxx
 
 
@@ -326,12 +334,16 @@ def _size_term(x: np.ndarray, y: np.ndarray, size: np.ndarray | None, sig: float
     s = size[k]
     if k.sum() < 20 or float(np.ptp(s)) < 64:
         return 0.0
-    a = np.column_stack([np.ones(int(k.sum())), x[k] - x[k].mean(), s - s.mean()])
-    coef, *_ = np.linalg.lstsq(a, y[k] - y[k].mean(), rcond=None)
-    r = y[k] - y[k].mean() - a @ coef
+    # The normal equations of centred columns (the intercept separates), summed without BLAS.
+    xc, sc, yc = x[k] - x[k].mean(), s - s.mean(), y[k] - y[k].mean()
+    sxx, sxs, sss, sxy, ssy = _dot(xc, xc), _dot(xc, sc), _dot(sc, sc), _dot(xc, yc), _dot(sc, yc)
+    det = sxx * sss - sxs * sxs
+    if not det > 0.0:
+        return 0.0
+    bx, c = (sss * sxy - sxs * ssy) / det, (sxx * ssy - sxs * sxy) / det
+    r = yc - bx * xc - c * sc
     dof = max(int(k.sum()) - 3, 1)
-    cov = np.linalg.pinv(a.T @ a) * float(r @ r) / dof
-    c, se = float(coef[2]), math.sqrt(max(float(cov[2, 2]), 0.0))
+    se = math.sqrt(max(_dot(r, r) / dof * sxx / det, 0.0))
     return c if abs(c) <= MAX_NS_PER_BYTE and abs(c) > 3 * se else 0.0
 
 
@@ -359,19 +371,25 @@ def two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, pref
         yf = yf - kf * (sf - sf.min())
     if kr:
         yr = yr + kr * (sr - sr.min())
-    dropped = 0
+    dropped, depth = 0, 0.0
     for _ in range(12):
         fit, lo, hi = _two_way(xf, yf, xr, yr, sig, prefer)
         # forward points cannot lie below the reverse envelope, nor reverse ones above the forward one
-        okf = yf >= lo + fit.s * xf - tol
-        okr = yr <= hi + fit.s * xr + tol
+        below = lo + fit.s * xf - yf
+        above = yr - hi - fit.s * xr
+        okf, okr = below <= tol, above <= tol
         bad = int((~okf).sum() + (~okr).sum())
         if bad == 0 or okf.sum() < 2 or okr.sum() < 2:
             break
         dropped += bad
+        depth = max(depth, float(np.median(np.concatenate([below[~okf], above[~okr]]))))
         xf, yf, xr, yr = xf[okf], yf[okf], xr[okr], yr[okr]
     if dropped >= 0.01 * (len(xf) + len(xr) + dropped):
         fit.notes.append(f"{dropped} matched packets on the wrong side of the line (negative delay) left out")
+        # Packets matched by their identity cannot arrive before they left: a line that puts a share
+        # of them there does not describe these two clocks (floors that bend with the PHY rate, say).
+        # How far it missed them is how far off it may be.
+        fit.uncertainty_ns += depth
     for d, k in (("forward", kf), ("reverse", kr)):
         if k:
             fit.notes.append(f"the {d} floor changes with the packet's size by {k:+.2f} ns/byte: taken back to "
