@@ -44,13 +44,13 @@ def test_saturation_setup(name):
 def test_other_scenarios_keep_their_parameters():
     # Their truth.json "parameters" (and bundles) must not grow an "uplink" key.
     for name in SCENARIOS:
-        if SCENARIOS[name].default_stations is None:
+        if not SCENARIOS[name].g_only:
             sc = get_scenario(name, 2.0)
             assert all("uplink" not in f for f in sc.physical()["flows"]), name
 
 
 @pytest.mark.parametrize(("kw", "match"), [
-    ({"name": "baseline", "stations": 3}, "fixed set of stations"),
+    ({"name": "steady", "stations": 3}, "fixed set of stations"),
     ({"name": "saturation", "stations": 0}, "1 to"),
     ({"name": "saturation", "stations": SATURATION_MAX_STATIONS + 1}, "1 to"),
     ({"name": "saturation", "standard": "n"}, "802.11g only"),
@@ -67,7 +67,7 @@ def test_uplink_flows_are_udp_only():
 
 
 def test_cli_stations_option(tmp_path):
-    bad = subprocess.run([sys.executable, "-m", "xlayer", "sim", "baseline", "--stations", "3", "-o",
+    bad = subprocess.run([sys.executable, "-m", "xlayer", "sim", "steady", "--stations", "3", "-o",
                           str(tmp_path / "b")], capture_output=True, text=True, timeout=120)
     if "ns3" in bad.stderr and "not installed" in bad.stderr:
         pytest.skip("ns-3 not installed: `xlayer sim` stops before reading the scenario")
@@ -76,3 +76,18 @@ def test_cli_stations_option(tmp_path):
     listed = subprocess.run([sys.executable, "-m", "xlayer", "sim", "--list"], capture_output=True, text=True,
                             timeout=120)
     assert listed.returncode == 0 and "saturation_rts" in listed.stdout and "--stations" in listed.stdout
+
+
+def test_baseline_takes_a_number_of_stations():
+    """`baseline` is one station at 5 m unless asked for more; N stations stand on a 5 m circle, each with
+    its own download, and the scenario still runs on any standard."""
+    one, plain = get_scenario("baseline", 2.0), get_scenario("baseline", 2.0, stations=1)
+    assert one.physical() == plain.physical() and one.summary == plain.summary == SCENARIOS["baseline"].summary
+    assert [(s.name, s.x, s.y) for s in one.stations] == [("sta0", 5.0, 0.0)]
+    four = get_scenario("baseline", 2.0, stations=4)
+    assert [s.name for s in four.stations] == ["sta0", "sta1", "sta2", "sta3"]
+    assert all(abs(math.hypot(s.x, s.y) - 5.0) < 1e-3 for s in four.stations)
+    assert sorted((f.station, f.port, f.proto) for f in four.flows) == [
+        (f"sta{i}", 5001 + i, "tcp") for i in range(4)]
+    assert "(4 stations)" in four.summary and four.standard == "n"
+    assert get_scenario("baseline", 2.0, stations=4, standard="ac").standard == "ac"

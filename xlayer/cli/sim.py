@@ -67,8 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="run on 802.11g, n (HT20), ac (VHT80) or ax (HE80), with A-MPDU and Block Ack from n "
                    "on, distances rescaled to keep each link's SNR (default: what the scenario or seed draws)")
     p.add_argument("--stations", type=int, default=None, metavar="N",
-                   help="number of stations, for the scenarios that take one (saturation, saturation_rts; "
-                        "default 5)")
+                   help="number of stations, for the scenarios that take one (baseline, default 1; "
+                        "saturation and saturation_rts, default 5)")
     p.add_argument("--ssid", default=None, help="the BSS's SSID in beacons and probe responses, 1 to 32 "
                    "bytes (default: xlayer-sim)")
     p.add_argument("--encrypt", metavar="PASSPHRASE", default=None,

@@ -187,7 +187,8 @@ class ScenarioDef:
 
     A `seeded` scenario is drawn from the run's seed: its builder is ``fn(seconds, seed)`` with
     seconds None for the length the draw needs (`default_seconds` is then 0).  A scenario with
-    `default_stations` takes ``fn(seconds, stations=N)`` (`xlayer sim --stations N`).
+    `default_stations` takes ``fn(seconds, stations=N)`` (`xlayer sim --stations N`); a `g_only` one runs
+    on 802.11g alone (its model parameters are ERP-OFDM's).
     """
 
     name: str
@@ -196,17 +197,18 @@ class ScenarioDef:
     build: Callable[..., Scenario]
     seeded: bool = False
     default_stations: int | None = None
+    g_only: bool = False
 
 
 SCENARIOS: dict[str, ScenarioDef] = {}
 
 
 def scenario(name: str, summary: str, seconds: float, *, seeded: bool = False,
-             stations: int | None = None) -> Callable:
+             stations: int | None = None, g_only: bool = False) -> Callable:
     """Register `fn(seconds) -> Scenario` (seeded: `fn(seconds | None, seed) -> Scenario`; with a default
     number of `stations`: `fn(seconds, stations=N)`) under `name` (decorator)."""
     def deco(fn: Callable[..., Scenario]) -> Callable[..., Scenario]:
-        SCENARIOS[name] = ScenarioDef(name, summary, seconds, fn, seeded, stations)
+        SCENARIOS[name] = ScenarioDef(name, summary, seconds, fn, seeded, stations, g_only)
         return fn
     return deco
 
@@ -252,10 +254,15 @@ def _with_stations(d: ScenarioDef, seconds: float | None, stations: int | None, 
     n = d.default_stations if stations is None else int(stations)
     if not 1 <= n <= SATURATION_MAX_STATIONS:
         raise KeyError(f"scenario {d.name!r} takes 1 to {SATURATION_MAX_STATIONS} stations, not {n}")
-    if standard is not None and standard != "g":
+    if d.g_only and standard is not None and standard != "g":
         raise KeyError(f"scenario {d.name!r} runs on 802.11g only (its model parameters are ERP-OFDM's)")
     sc = d.build(float(seconds) if seconds is not None else d.default_seconds, stations=n)
-    sc.name, sc.summary = d.name, f"{d.summary} ({n} station{'s' if n != 1 else ''})"
+    # a saturation run always says how many; another scenario only when not its usual number
+    many = d.g_only or n != d.default_stations
+    sc.name, sc.summary = d.name, d.summary + (f" ({n} station{'s' if n != 1 else ''})" if many else "")
+    if standard is not None and standard != sc.standard:
+        sc = for_standard(sc, standard)
+        sc.summary += f" (run on 802.11{standard})"
     return sc
 
 
@@ -369,13 +376,18 @@ def _steady_expect(truth: dict) -> tuple[bool, str]:
                 f"(want 0), {s['delivered']} packets delivered")
 
 
+BASELINE_RADIUS_M = 5.0
+
+
 @scenario("baseline", "one good 802.11n station (MinstrelHt, A-MPDU) at 5 m, one TCP download: "
-          "nothing to attribute", 3.0)
-def baseline(seconds: float) -> Scenario:
+          "nothing to attribute (--stations N: N such stations on a 5 m circle, a download each)", 3.0,
+          stations=1)
+def baseline(seconds: float, stations: int = 1) -> Scenario:
+    sts = [Station(f"sta{i}", round(BASELINE_RADIUS_M * math.cos(2 * math.pi * i / stations), 3),
+                   round(BASELINE_RADIUS_M * math.sin(2 * math.pi * i / stations), 3)) for i in range(stations)]
     return Scenario(
         name="baseline", summary="", seconds=seconds, standard="n", rate_manager="minstrel_ht",
-        stations=[Station("sta0", 5.0, 0.0)],
-        flows=[Flow("tcp0", "tcp", "sta0", 5001, TRAFFIC_START_S)],
+        stations=sts, flows=[Flow(f"tcp{i}", "tcp", s.name, 5001 + i, TRAFFIC_START_S) for i, s in enumerate(sts)],
         expect=_steady_expect, causes=lambda ctx: [])
 
 
@@ -772,12 +784,12 @@ def _saturation(seconds: float, stations: int, rts: bool) -> Scenario:
 
 @scenario("saturation", "802.11g 54 Mbit/s, N stations (--stations, default 5) 3 m from the AP, each "
           "sending saturated UDP uplink (basic access): Bianchi's DCF saturation setting, for comparing "
-          "measured throughput with xlayer.campaign.theory", 5.0, stations=5)
+          "measured throughput with xlayer.campaign.theory", 5.0, stations=5, g_only=True)
 def saturation(seconds: float, stations: int = 5) -> Scenario:
     return _saturation(seconds, stations, rts=False)
 
 
 @scenario("saturation_rts", "as saturation, with an RTS/CTS exchange before every data frame "
-          "(RtsCtsThreshold 0)", 5.0, stations=5)
+          "(RtsCtsThreshold 0)", 5.0, stations=5, g_only=True)
 def saturation_rts(seconds: float, stations: int = 5) -> Scenario:
     return _saturation(seconds, stations, rts=True)
