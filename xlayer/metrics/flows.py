@@ -282,7 +282,9 @@ def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
     # one with the TCP header): the furthest byte any of its fragments reaches (offsets in bytes;
     # overlapping fragments count once).  The later fragments then add nothing, as they carry no header.
     datagram = pl.when(frag).then(pl.col("ip_frag_offset").fill_null(0) + l4).max().over(FRAGMENT_KEY)
-    l4_tcp = pl.when(frag & (pl.col("ip_frag_offset").fill_null(0) == 0)).then(datagram).otherwise(l4)
+    # (the window groups every row by four columns, two of them strings: only worth it when there are fragments)
+    has_frag = df.select(frag.any()).item()
+    l4_tcp = pl.when(frag & (pl.col("ip_frag_offset").fill_null(0) == 0)).then(datagram).otherwise(l4) if has_frag else l4
     # TCP payload from the IP length where the headers give it: the first 802.11 fragment of a packet
     # carries the whole IP header but only part of the segment, and tcp_len is then what the frame holds.
     tcp_from_ip = l4_tcp - pl.col("tcp_hdr_len")
@@ -302,21 +304,24 @@ def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
         pl.col("tcp_tsecr").alias("tsecr"),
         (pl.col("tcp_len").fill_null(0) + (flags & _SYN > 0).cast(pl.Int64) + (flags & _FIN > 0).cast(pl.Int64))
         .alias("span"), pl.col("tcp_len").fill_null(0).alias("_tlen"))
-    tcp = df.filter(pl.col("is_tcp")).with_columns(_unwrap("tcp_seq", "fid").alias("seq_u"))
-    tcp = tcp.with_columns((pl.col("seq_u") + pl.col("span")).alias("end_u"))
+    # The TCP columns are computed in place, in frame order, windowed per TCP flow ("_tf"; the other rows
+    # share one group whose values are masked): no split into TCP and other rows, concatenated and sorted
+    # back into frame order, each a copy of every column.
+    tcp = pl.col("is_tcp")
+    df = df.with_columns(pl.when(tcp).then(pl.col("fid")).otherwise(-1).alias("_tf"))
+    df = df.with_columns(pl.when(tcp).then(_unwrap("tcp_seq", "_tf")).alias("seq_u"))
+    df = df.with_columns((pl.col("seq_u") + pl.col("span")).alias("end_u"))
     # Highest sequence end seen before this segment: bytes beyond it are new (goodput), a segment
     # starting below it resends something (a retransmission, or reordering at a later vantage).
-    tcp = tcp.with_columns(pl.col("end_u").cum_max().shift(1).over("fid").alias("_prev"))
+    df = df.with_columns(pl.when(tcp).then(pl.col("end_u").cum_max().shift(1).over("_tf")).alias("_prev"))
     # A jump over a hole counts the hole's bytes too: they are filled later by retransmissions that
     # count nothing, so the sum is the sequence space covered (tcptrace's "unique bytes").
-    tcp = tcp.with_columns(
-        pl.when(pl.col("_prev").is_null()).then(pl.col("payload"))
+    df = df.with_columns(
+        pl.when(~tcp | pl.col("_prev").is_null()).then(pl.col("payload"))
         .otherwise((pl.col("seq_u") + pl.col("_tlen") - pl.col("_prev")).clip(lower_bound=0)).alias("new_payload"),
-        (pl.col("_prev").is_not_null() & (pl.col("seq_u") < pl.col("_prev")) & (pl.col("span") > 0)).alias("retx"))
-    other = df.filter(~pl.col("is_tcp")).with_columns(
-        pl.lit(None, pl.Int64).alias("seq_u"), pl.lit(None, pl.Int64).alias("end_u"),
-        pl.lit(None, pl.Int64).alias("_prev"), pl.col("payload").alias("new_payload"), pl.lit(False).alias("retx"))
-    out = pl.concat([tcp, other.select(tcp.columns)]).drop("_prev", "_tlen", "tcp_seq").sort("frame")
+        (tcp & pl.col("_prev").is_not_null() & (pl.col("seq_u") < pl.col("_prev")) & (pl.col("span") > 0))
+        .alias("retx"))
+    out = df.drop("_prev", "_tlen", "tcp_seq", "_tf")
     return Prepared(vantage, capture_file, out, flows)
 
 
@@ -407,11 +412,15 @@ def _without_copies(seg: pl.DataFrame, tcp: pl.DataFrame) -> pl.DataFrame:
     # the sender numbers its IP packets (as the tcp module decides it)
     n = pl.col("k_id").n_unique()
     info = tcp.group_by("g").agg(((pl.col("k_id") >= 0).all() & (n >= 2) & (n * 4 >= pl.len())).alias("idinfo"))
-    ident = seg.select("g", "frame", "ts_ns", "seq_u", pl.col("payload").alias("len"),
+    # only the segments at a retransmission's sequence number can be judged or be its twin: the others are
+    # left out before their identity columns are made (`network_copies` would leave them out after)
+    at = seg.lazy().join(seg.lazy().filter(pl.col("retx")).select("g", "seq_u").unique(), on=["g", "seq_u"],
+                         how="semi", maintain_order="left")
+    ident = at.select("g", "frame", "ts_ns", "seq_u", pl.col("payload").alias("len"),
                        pl.when(pl.col("k_id") >= 0).then(pl.col("k_id")).alias("ip_id"), "tsval", "tsecr",
                        pl.col("tcp_ack").alias("ack"),
                        ((pl.col("span") - pl.col("payload")) * 2 + pl.col("ack_flag").cast(pl.Int64)).alias("flags"),
-                       pl.lit(None, pl.Int64).alias("win"))
+                       pl.lit(None, pl.Int64).alias("win")).collect()
     copies = network_copies(rows.join(info, on="g"), ident, ["g"]).filter(pl.col("copy"))
     return seg.join(copies.select("g", "frame"), on=["g", "frame"], how="anti") if copies.height else seg
 
@@ -439,8 +448,9 @@ def rtt_samples(prep: Prepared) -> pl.DataFrame:
     # newly covers; the sample comes from the most recently sent of them.
     adv = (acks.filter((pl.col("ack_u") > pl.col("ack_u").cum_max().shift(1).over("g")).fill_null(True))
            .select("g", pl.col("frame").alias("ack_frame"), pl.col("ts_ns").alias("ack_ts"), "ack_u").sort("ack_u"))
-    m = seg.sort("end_u").join_asof(adv, left_on="end_u", right_on="ack_u", by="g", strategy="forward",
-                                    check_sortedness=False)
+    # (the columns read below only: each sort then copies these, not every column of the segments)
+    m = seg.select("g", "fid", "frame", "ts_ns", "end_u", "retx", "later").sort("end_u").join_asof(
+        adv, left_on="end_u", right_on="ack_u", by="g", strategy="forward", check_sortedness=False)
     m = (m.filter(pl.col("ack_frame").is_not_null() & (pl.col("ack_ts") >= pl.col("ts_ns")))
          .sort("ts_ns", "frame").unique("ack_frame", keep="last")
          .filter(~(pl.col("retx") | pl.col("later"))))
@@ -463,9 +473,12 @@ def rtt_samples(prep: Prepared) -> pl.DataFrame:
                         check_sortedness=False).filter(pl.col("ack_frame").is_not_null())
     out.append(e.select("fid", pl.col("ack_ts").alias("ts_ns"), (pl.col("ack_ts") - pl.col("ts_ns")).alias("rtt_ns"),
                         pl.col("frame").alias("data_frame"), "ack_frame", pl.lit("ts_echo").alias("method")))
-    res = (pl.concat(out).join(prep.flows.select("fid", "flow"), on="fid")
-           .with_columns(pl.lit(prep.vantage).alias("vantage"), pl.lit(prep.capture_file).alias("capture_file"))
-           .sort("flow", "ts_ns", "method", "data_frame").drop("fid"))
+    # sorted by the flow name's rank and the method's (seq_ack < ts_echo): integers, not strings
+    names = prep.flows.select("fid", "flow", pl.col("flow").rank("dense").alias("_fr"))
+    res = (pl.concat(out).join(names, on="fid")
+           .with_columns(pl.lit(prep.vantage).alias("vantage"), pl.lit(prep.capture_file).alias("capture_file"),
+                         (pl.col("method") == "ts_echo").alias("_m"))
+           .sort("_fr", "ts_ns", "_m", "data_frame").drop("fid", "_fr", "_m"))
     return conform(res, RTT)
 
 
@@ -480,17 +493,21 @@ class Keyed:
     df: pl.DataFrame
     names: pl.DataFrame    # fh -> flow, conn, dir, src, dst
     span: tuple[int, int]  # first and last record time on the reference clock
+    ordered: bool = False  # df is in (fh, ts_ns, frame) order (`keyed`), the order `pair_tables` works in
 
 
 def keyed(prep: Prepared) -> Keyed:
     """Return one row per packet identity of a prepared capture: first frame, its time, copies seen, and
     ``_k``: the identity's 64-bit hash, one column to join captures on (`exact_ids` makes it exact)."""
+    # sorted once here, in the order every pair of captures reads it (a capture is upstream in several)
     df = (prep.df.group_by(list(_KEY))
           .agg(pl.col("frame").first(), pl.col("ts_ns").first(), pl.len().cast(pl.Int32).alias("n"))
-          .with_columns(pl.struct(list(_KEY)).hash().alias("_k")))
+          .with_columns(pl.struct(list(_KEY)).hash().alias("_k")).sort("frame"))
+    # times rising with the frames (as a capture's almost always do): a stable sort by flow is the whole sort
+    df = df.sort("fh", maintain_order=True) if df["ts_ns"].is_sorted() else df.sort("fh", "ts_ns", "frame")
     names = prep.flows.select(pl.col("flow").hash().alias("fh"), "flow", "conn", "dir", "src", "dst")
     span = (prep.df["ts_ns"].min(), prep.df["ts_ns"].max()) if prep.height else (0, 0)
-    return Keyed(prep.vantage, prep.capture_file, df, names, span)
+    return Keyed(prep.vantage, prep.capture_file, df, names, span, ordered=True)
 
 
 def exact_ids(keys: list[Keyed]) -> list[Keyed]:
@@ -506,13 +523,25 @@ def exact_ids(keys: list[Keyed]) -> list[Keyed]:
         return keys
     ids = s.select(_KEY).unique().with_row_index("_k").with_columns(pl.col("_k").cast(pl.UInt64))
     return [Keyed(k.vantage, k.capture_file, k.df.drop("_k").join(ids, on=list(_KEY), how="left", maintain_order="left"),
-                  k.names, k.span) for k in keys]
+                  k.names, k.span, k.ordered) for k in keys]
 
 
 def rfc3550_jitter(abs_d: pl.Expr) -> pl.Expr:
     """Return the RFC 3550 jitter J_i = J_{i-1} + (|D_i| - J_{i-1})/16, J_0 = 0 (first |D| must be 0)."""
     # The recurrence is an exponentially weighted mean with alpha 1/16 whose first input is J_0 = 0.
     return abs_d.cast(pl.Float64).ewm_mean(alpha=1 / 16, adjust=False)
+
+
+def _arrival_jitter(owd: pl.DataFrame) -> pl.Series:
+    """Return the RFC 3550 jitter per row of `owd` (rows in a's order per flow), computed in b's arrival order."""
+    # only the three columns the jitter reads go into b's order and back: not every column by two sorts
+    perm = owd.select(pl.arg_sort_by("fh", "ts_b", "frame_b")).to_series()
+    j = owd.select(pl.col("fh", "owd_ns").gather(perm)).select(
+        rfc3550_jitter((pl.col("owd_ns") - pl.col("owd_ns").shift(1).over("fh")).abs().fill_null(0))
+        .over("fh")).to_series().to_numpy()
+    out = np.empty(len(j), np.float64)
+    out[perm.to_numpy()] = j
+    return pl.Series("jitter_ns", out, pl.Float64)
 
 
 def loss_runs(lost: pl.DataFrame, by: str) -> pl.DataFrame:
@@ -535,7 +564,9 @@ def pair_tables(a: Keyed, b: Keyed, flows: pl.Series | None = None,
     bk = bk.select("_k", pl.col("frame").alias("frame_b"), pl.col("ts_ns").alias("ts_b"), pl.col("n").alias("n_b"))
     # on the identity's number (`exact_ids`): one integer column instead of six
     lk = (ak.filter(pl.col("n") == 1).select("fh", "_k", pl.col("frame").alias("frame_a"), "ts_ns")
-          .join(bk, on="_k", how="left").drop("_k").sort("fh", "ts_ns", "frame_a"))
+          .join(bk, on="_k", how="left", maintain_order="left").drop("_k"))
+    if not a.ordered:
+        lk = lk.sort("fh", "ts_ns", "frame_a")
     lk = lk.with_columns(pl.when(pl.col("n_b") == 1).then(pl.col("ts_b") - pl.col("ts_ns")).alias("owd_ns"))
     lit = [pl.lit(v, pl.Utf8).alias(k) for k, v in (("vantage_a", a.vantage), ("vantage_b", b.vantage),
                                                       ("capture_file_a", a.capture_file),
@@ -543,10 +574,7 @@ def pair_tables(a: Keyed, b: Keyed, flows: pl.Series | None = None,
     # IPDV over consecutive packets in a's order (lost or ambiguous neighbours give null).
     owd = (lk.with_columns((pl.col("owd_ns") - pl.col("owd_ns").shift(1).over("fh")).alias("ipdv_ns"))
            .filter(pl.col("owd_ns").is_not_null()).drop("n_b"))
-    # Jitter in b's arrival order.
-    owd = owd.sort("fh", "ts_b", "frame_b").with_columns(
-        rfc3550_jitter((pl.col("owd_ns") - pl.col("owd_ns").shift(1).over("fh")).abs().fill_null(0))
-        .over("fh").alias("jitter_ns")).sort("fh", "ts_ns", "frame_a")
+    owd = owd.with_columns(_arrival_jitter(owd).alias("jitter_ns"))
     # Loss window: while b recorded, and a guard before its end (a later packet could be in flight);
     # a packet sent before b's first record minus the flow's smallest delay would have come too early.
     guard = owd.group_by("fh").agg(pl.max_horizontal(pl.col("owd_ns").max(), pl.lit(guard_min_ns)).alias("_g"),
@@ -642,7 +670,8 @@ def _paths(keys: list[Keyed], ok: list[int]) -> pl.DataFrame:
             .with_columns(pl.col("cap").replace_strict(rank, return_dtype=pl.Int32).alias("_rk")))
     pivot = seen.group_by("conn").agg(pl.col("cap").sort_by("_rk").first().alias("piv"))
     piv_of = names.select("fh", "conn").join(pivot, on="conn")
-    at_piv = (allk.join(piv_of.select("fh", "piv"), on="fh").filter(pl.col("cap") == pl.col("piv"))
+    # (the pivot's rows picked by the join itself, not every row joined and then filtered)
+    at_piv = (allk.join(piv_of.select("fh", pl.col("piv").alias("cap")), on=["fh", "cap"])
               .select("_k", pl.col("ts_ns").alias("_tp")))
     d = (allk.join(at_piv, on="_k").group_by("fh", "cap")
          .agg((pl.col("ts_ns") - pl.col("_tp")).median().alias("d"))
@@ -686,17 +715,17 @@ def _refine(path: pl.DataFrame, allk: pl.DataFrame, names: pl.DataFrame) -> pl.D
     """
     rev = names.join(names.select("conn", "dir", pl.col("fh").alias("_rfh")), on="conn").filter(
         pl.col("dir") != pl.col("dir_right")).select("fh", "_rfh")
+    # medians of the pairs compared so far: the first pass measures the neighbours of both parities in
+    # one join over the packets, later passes only the pairs a swap made neighbours
+    known = pl.DataFrame(schema={"fh": pl.UInt64, "_a": pl.Int32, "_b": pl.Int32, "_d": pl.Float64})
     for p in range(2 * REFINE_PASSES):
-        pairs = (path.join(path.select("fh", pl.col("cap").alias("_b"), (pl.col("rank") - 1).alias("rank")),
-                           on=["fh", "rank"]).filter(pl.col("rank") % 2 == p % 2))
+        adjacent = path.join(path.select("fh", pl.col("cap").alias("_b"), (pl.col("rank") - 1).alias("rank")),
+                             on=["fh", "rank"])
+        pairs = adjacent.filter(pl.col("rank") % 2 == p % 2)
         if pairs.height == 0:
             break
-        want = pairs.join(rev, on="fh", how="left")
-        want = pl.concat([want.select("fh", "cap", "_b"),
-                          want.filter(pl.col("_rfh").is_not_null()).select(pl.col("_rfh").alias("fh"), "cap", "_b")]).unique()
-        a = allk.join(want, on=["fh", "cap"]).select("fh", "_k", "_b", pl.col("ts_ns").alias("_ta"), pl.col("cap").alias("_a"))
-        med = (a.join(allk.select("_k", pl.col("cap").alias("_b"), "ts_ns"), on=["_k", "_b"])
-               .group_by("fh", "_a", "_b").agg((pl.col("ts_ns") - pl.col("_ta")).median().alias("_d")))
+        known = _pair_medians(adjacent, rev, allk, known)
+        med = known
         cmp = (pairs.join(rev, on="fh", how="left")
                .join(med.rename({"_a": "cap"}), on=["fh", "cap", "_b"], how="left")
                .join(med.rename({"fh": "_rfh", "_a": "cap", "_d": "_dr"}), on=["_rfh", "cap", "_b"], how="left")
@@ -711,6 +740,27 @@ def _refine(path: pl.DataFrame, allk: pl.DataFrame, names: pl.DataFrame) -> pl.D
             path = (path.join(moved, on=["fh", "cap"], how="left")
                     .with_columns(pl.coalesce("_nr", "rank").alias("rank")).drop("_nr"))
     return path.sort("fh", "rank")
+
+
+def _pair_medians(pairs: pl.DataFrame, rev: pl.DataFrame, allk: pl.DataFrame, known: pl.DataFrame) -> pl.DataFrame:
+    """Return `known` (fh, _a, _b, _d) with the median delay from capture _a to _b added for each pair of
+    `pairs` (fh, cap, _b) and its conversation's reverse flow (`rev`: fh -> _rfh) not in it yet."""
+    want = pairs.join(rev, on="fh", how="left")
+    want = pl.concat([want.select("fh", "cap", "_b"),
+                      want.filter(pl.col("_rfh").is_not_null()).select(pl.col("_rfh").alias("fh"), "cap", "_b")]).unique()
+    want = want.join(known.select("fh", pl.col("_a").alias("cap"), "_b"), on=["fh", "cap", "_b"], how="anti")
+    if want.height == 0:
+        return known
+    a = allk.join(want, on=["fh", "cap"]).select("fh", "_k", "_b", pl.col("ts_ns").alias("_ta"), pl.col("cap").alias("_a"))
+    # one join per pair of captures on the identity alone: a join on (identity, capture) over all the
+    # captures at once costs twice as much; each capture's rows are joined once per neighbour it has
+    down = allk.filter(pl.col("cap").is_in(want["_b"].unique().implode())).partition_by("cap", as_dict=True)
+    meds = [known]
+    for (ca, cb), g in sorted(a.partition_by("_a", "_b", as_dict=True).items()):
+        m = g.join(down[(cb,)].select("_k", "ts_ns"), on="_k")
+        meds.append(m.group_by("fh").agg((pl.col("ts_ns") - pl.col("_ta")).median().alias("_d"))
+                    .select("fh", pl.lit(ca, pl.Int32).alias("_a"), pl.lit(cb, pl.Int32).alias("_b"), "_d"))
+    return pl.concat(meds, how="vertical_relaxed")
 
 
 def between_keyed(keys: list[Keyed], guard_min_ns: int = LOSS_GUARD_MIN_NS,

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from xlayer.metrics.keys import with_sorted_ids
@@ -152,12 +153,15 @@ def _wrap16(e: pl.Expr) -> pl.Expr:
     return pl.when(x >= 1 << 15).then(x - (1 << 16)).otherwise(x)
 
 
-def _rev(col: str, order_by: str | None = None, conn: str = "conn") -> pl.Expr:
-    """The last value of `col` seen in the other direction before each row (frame order within conn: the
-    rows' order, or `order_by`'s, the result staying in the rows' order; `conn`: a column naming the conn)."""
-    a = pl.when(pl.col("dir") == "a").then(pl.col(col)).forward_fill().over(conn, order_by=order_by)
-    b = pl.when(pl.col("dir") == "b").then(pl.col(col)).forward_fill().over(conn, order_by=order_by)
-    return pl.when(pl.col("dir") == "a").then(b).otherwise(a)
+def _rev_runs(col: str, conn: str = "_c") -> pl.Expr:
+    """The last value of `col` seen in the other direction before each row, for rows whose conns (column
+    `conn`) come in runs, each in frame order (`_conn_ordered`'s)."""
+    def last(d: str) -> pl.Expr:
+        # filled down the whole column, kept where the value filled in came from this row's conn
+        v = pl.when(pl.col("dir") == d).then(pl.col(col))
+        src = pl.when(v.is_not_null()).then(pl.col(conn)).forward_fill()
+        return pl.when(src == pl.col(conn)).then(v.forward_fill())
+    return pl.when(pl.col("dir") == "a").then(last("b")).otherwise(last("a"))
 
 
 # `prepare` keys the working rows by categorical conn/flow and an enum dir: windows, sorts and joins then
@@ -193,19 +197,21 @@ def prepare(df: pl.DataFrame) -> pl.DataFrame:
                 "tcp_ack", "tcp_flags", "tcp_win", "tcp_len", "tcp_wscale", "tcp_tsval", "tcp_tsecr", "tcp_sack") \
         .with_columns(pl.col("conn", "flow").cast(pl.Categorical), pl.col("dir").cast(DIR)).collect()
     del df                # the packet table: freed here if the caller holds no other reference to it
+    # Rows in (conn, dir, frame) order, sorted and windowed by integers: "_g" numbers the directions in
+    # their sort order, "_c" the conns.  (The numbers are found on the two key columns alone, and the rows
+    # sorted before the columns below are added: each copy of the table then holds fewer columns.)
+    t = t.with_columns(with_sorted_ids(t.select(G), G, "_g").get_column("_g"))
+    # rows in frame order (a capture's are): a stable sort by the one integer is the whole sort
+    t = t.sort("_g", maintain_order=True) if t["frame"].is_sorted() else t.sort("_g", "frame")
     f = pl.col("tcp_flags").cast(pl.Int64).fill_null(0)
     t = t.with_columns(
         ((f & SYN) > 0).alias("syn"), ((f & FIN) > 0).alias("fin"), ((f & RST) > 0).alias("rst"),
         ((f & ACK) > 0).alias("ackf"), pl.col("tcp_len").cast(pl.Int64).fill_null(0).alias("len"),
         pl.col("tcp_seq").cast(pl.Int64).alias("_s"), pl.col("tcp_win").cast(pl.Int64).alias("win"),
     )
-    # Rows in (conn, dir, frame) order, sorted and windowed by integers: "_g" numbers the directions in
-    # their sort order, "_c" the conns.
-    t = with_sorted_ids(t, G, "_g").sort("_g", "frame")
     t = t.with_columns(pl.col("conn").rle_id().alias("_c"))
     # the rows' permutation into (conn, frame) order and back, for what is computed in a conn's frame order
-    order = t.select(pl.arg_sort_by("_c", "frame")).to_series()
-    back = order.arg_sort()
+    order, back = _conn_order(t)
     # Sequence numbers unwrapped per direction: the first raw value plus the sum of signed 32-bit steps.
     t = t.with_columns(_wrap32(pl.col("_s").diff().over(K)).fill_null(0).alias("_d"))
     t = t.with_columns((pl.col("_s").first().over(K) + pl.col("_d").cum_sum().over(K)).alias("seq_u"))
@@ -235,7 +241,7 @@ def prepare(df: pl.DataFrame) -> pl.DataFrame:
     )
     # The rows stay in (conn, dir, frame) order: what needs the connection's frame order is computed in it
     # by the window (order_by) instead of sorting every column back and forth.
-    t = t.with_columns(_conn_ordered(t, order, back, _rev("win", conn="_c")).alias("rev_win"))
+    t = t.with_columns(_conn_ordered(t, order, back, _rev_runs("win")).alias("rev_win"))
     # A zero-window probe does not advance "next expected" (as Wireshark): recompute without them.
     t = t.with_columns(((pl.col("len") == 1) & (pl.col("seq_u") == pl.col("nxt0")) & (pl.col("rev_win") == 0))
                        .fill_null(False).alias("zwp"))
@@ -264,7 +270,7 @@ def prepare(df: pl.DataFrame) -> pl.DataFrame:
     dup = ((pl.col("len") == 0) & (pl.col("win") != 0) & (pl.col("win") == pl.col("prev_win"))
            & (pl.col("seq_u") == pl.col("nxt")) & (pl.col("ack_u") == pl.col("prev_ack")) & plain)
     t = t.with_columns(dup.fill_null(False).alias("dup0"))
-    t = t.with_columns(_conn_ordered(t, order, back, _rev("keepalive", conn="_c")).fill_null(False).alias("rev_ka"))
+    t = t.with_columns(_conn_ordered(t, order, back, _rev_runs("keepalive")).fill_null(False).alias("rev_ka"))
     t = t.with_columns((pl.col("dup0") & ~pl.col("rev_ka")).alias("dupack"))
     # runs of one ACK value: numbered over the whole table (prev_ack is null on a direction's first row,
     # so each direction starts a new run) -- one integer key for the window instead of (direction, run)
@@ -277,12 +283,27 @@ def prepare(df: pl.DataFrame) -> pl.DataFrame:
         (n - pl.when(run_start.fill_null(True)).then(n - pl.col("dupack").cast(pl.Int64)).forward_fill()).alias("dupnum"),
         pl.when(~pl.col("dupack")).then(pl.col("frame")).forward_fill().over(K).alias("dup_ref"))
     t = _sack(t)
-    t = t.with_columns(_conn_ordered(t, order, back, _rev("ack_u", conn="_c").alias("rev_ack"),
-                                     _rev("dupnum", conn="_c").alias("rev_dup"),
-                                     _rev("sack_max", conn="_c").alias("rev_sack"),
-                                     _rev("ts_ns", conn="_c").alias("rev_ts"),
-                                     pl.col("ts_ns").shift(1).over("_c").alias("prev_conn_ts")))
+    t = t.with_columns(_conn_ordered(t, order, back, _rev_runs("ack_u").alias("rev_ack"),
+                                     _rev_runs("dupnum").alias("rev_dup"),
+                                     _rev_runs("sack_max").alias("rev_sack"),
+                                     _rev_runs("ts_ns").alias("rev_ts"),
+                                     pl.when(pl.col("_c") == pl.col("_c").shift(1)).then(pl.col("ts_ns").shift(1))
+                                     .alias("prev_conn_ts")))
     return t.drop("_s", "_d", "_e", "_a", "_af", "_ad", "_a0", "_o", "_ep", "tcp_sack", "_g", "_c")
+
+
+def _conn_order(t: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    """Return the permutation putting the rows of `t` (``_c`` not decreasing) in (conn, frame) order, and its inverse."""
+    frame = t["frame"]
+    span = int(frame.max()) + 1 if t.height and frame.null_count() == 0 and frame.min() >= 0 else 0
+    if 0 < span and (int(t["_c"].max()) + 1) * span < 1 << 62:
+        # one integer key instead of a sort on two columns
+        order = t.select((pl.col("_c").cast(pl.Int64) * span + pl.col("frame")).arg_sort()).to_series()
+    else:
+        order = t.select(pl.arg_sort_by("_c", "frame")).to_series()
+    inv = np.empty(t.height, np.int64)
+    inv[order.to_numpy()] = np.arange(t.height)
+    return order, pl.Series(inv).cast(order.dtype)
 
 
 def _conn_ordered(t: pl.DataFrame, order: pl.Series, back: pl.Series, *exprs: pl.Expr) -> pl.Series | list[pl.Series]:
@@ -324,20 +345,22 @@ def _sack(t: pl.DataFrame) -> pl.DataFrame:
 
 def sides(t: pl.DataFrame) -> pl.DataFrame:
     """Return (conn, dir, side): where this capture sits for each direction's sender (see module doc)."""
-    hops = t.filter(pl.col("ip_ttl").is_not_null()).group_by(G).agg(
-        (_initial_ttl(pl.col("ip_ttl").cast(pl.Int64)) - pl.col("ip_ttl").cast(pl.Int64)).median().alias("hops"))
+    # (lazily: the filter then copies the TTLs only, not every column of `t`)
+    hops = t.lazy().filter(pl.col("ip_ttl").is_not_null()).select(*G, "ip_ttl").group_by(G).agg(
+        (_initial_ttl(pl.col("ip_ttl").cast(pl.Int64)) - pl.col("ip_ttl").cast(pl.Int64)).median().alias("hops")).collect()
     rh = hops.with_columns(_other(pl.col("dir")).alias("dir")).rename({"hops": "rhops"})
     # handshake: the SYN's direction, and gaps SYN -> SYN-ACK -> ACK
     syn = t.filter(pl.col("syn") & ~pl.col("ackf")).group_by("conn").agg(
         pl.col("dir").first().alias("cdir"), pl.col("ts_ns").min().alias("t0"))
     sa = t.filter(pl.col("syn") & pl.col("ackf")).group_by("conn").agg(pl.col("ts_ns").min().alias("t1"))
-    # the client's first ACK after the SYN-ACK: the earliest later one, a look-up in time order (not a join
-    # of every packet of the connection)
+    hs = syn.join(sa, on="conn").filter(pl.col("t1").is_not_null())
+    # the client's first ACK after the SYN-ACK: the earliest later one of its direction (each ACK meets its
+    # conn's one handshake row: no sort of every ACK by time)
     later = t.lazy().filter(~pl.col("syn") & pl.col("ackf") & pl.col("ts_ns").is_not_null()).select(
-        "conn", pl.col("dir").alias("cdir"), pl.col("ts_ns").alias("t2")).sort("t2").collect()
-    hs = syn.join(sa, on="conn").filter(pl.col("t1").is_not_null()).sort("t1").join_asof(
-        later, left_on="t1", right_on="t2", by=["conn", "cdir"], strategy="forward", allow_exact_matches=False,
-        check_sortedness=False).filter(pl.col("t2").is_not_null())
+        "conn", pl.col("dir").alias("cdir"), pl.col("ts_ns").alias("t2")) \
+        .join(hs.lazy().select("conn", "cdir", "t1"), on=["conn", "cdir"]).filter(pl.col("t2") > pl.col("t1")) \
+        .group_by("conn", "cdir").agg(pl.col("t2").min()).collect()
+    hs = hs.join(later, on=["conn", "cdir"])
     # server near: it answers the SYN faster than the client answers the SYN-ACK
     hs = hs.with_columns(pl.when((pl.col("t1") - pl.col("t0")) < (pl.col("t2") - pl.col("t1"))).then(pl.lit("server"))
                          .when((pl.col("t1") - pl.col("t0")) > (pl.col("t2") - pl.col("t1"))).then(pl.lit("client"))
@@ -357,9 +380,11 @@ def _ack_tables(t: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Return `_first_ack`'s two views of the ACKs of `t`: every ACK by frame, and the first ACK reaching
     each new cumulative acknowledgement (both keyed by the direction they acknowledge)."""
     # (lazily, here and below: a filter of `t` then copies only the columns selected, not all of `t`'s)
+    # `t` is in (conn, dir, frame) order: each direction's ACKs come in frame order, as the windows below
+    # read them, without a sort (the two tables are sorted by their own keys)
     acks = t.lazy().filter(pl.col("ackf") & pl.col("ack_u").is_not_null()).select(
         "conn", _other(pl.col("dir")).alias("dir"), "frame", "ts_ns", "ack_u",
-        pl.col("tcp_tsecr").cast(pl.Int64).alias("tsecr")).collect().sort("conn", "dir", "frame")
+        pl.col("tcp_tsecr").cast(pl.Int64).alias("tsecr")).collect()
     acks = acks.with_columns(pl.col("ack_u").cum_max().over(G).alias("cm"))
     r1 = acks.select(*G, pl.col("frame").alias("_f"), pl.col("frame").alias("f1"), pl.col("ts_ns").alias("t1"),
                      pl.col("tsecr").alias("e1"), pl.col("cm").alias("cm1")).sort("_f")
@@ -500,10 +525,10 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     # the state only the candidates read: dropped from the working rows, which are held to the end
     t = t.drop(*_CAND_ONLY)
     # the original: the first earlier frame starting at the same sequence number, else one covering it
+    # (`t` is in (conn, dir, frame) order: a sequence number's first row is its first frame)
     firsts = t.lazy().filter(pl.col("seg")).select(*G, "seq_u", "frame", "ts_ns", "len", "ip_id", "tcp_tsval",
                                                     "end_u").collect() \
-        .group_by([*G, "seq_u"]).agg(
-        pl.all().sort_by("frame").first()).select(
+        .filter(pl.struct(*G, "seq_u").is_first_distinct()).select(
         *G, "seq_u", pl.col("frame").alias("o_frame"), pl.col("ts_ns").alias("o_ts"), pl.col("len").alias("o_len"),
         pl.col("ip_id").cast(pl.Int64).alias("o_ipid"), pl.col("tcp_tsval").cast(pl.Int64).alias("o_tsval"),
         pl.col("end_u").alias("o_end"))
@@ -685,13 +710,13 @@ def _events(t: pl.DataFrame, cand: pl.DataFrame) -> pl.DataFrame:
     # window full: the segment reaches the right edge of the receiver's last advertised window
     scale = _scales(t)
     # the other direction's last ACK and window before each row: `prepare`'s rev_ack and rev_win
-    w = t.select(*base, "dir", "len", "syn", "fin", "rst", "seq_u", "base", "ack_u", "rbase",
-                 pl.col("rev_ack").alias("_ra"), pl.col("rev_win").alias("_rw")) \
-        .join(scale, on=G, how="left")
+    # (lazily, data segments only: the join with the scales then copies their dozen columns, not all rows')
     edge = pl.col("_ra") + pl.col("_rw") * pl.col("rscale")
-    parts.append(w.filter((pl.col("len") > 0) & plain & (pl.col("seq_u") + pl.col("len") == edge).fill_null(False))
-                 .select(*base, pl.lit("window_full").alias("event"), rel_seq, rel_ack))
-    del w             # a copy of a dozen of `t`'s columns: freed before the next one is made
+    parts.append(t.lazy().filter((pl.col("len") > 0) & plain).select(
+        *base, "dir", "len", "seq_u", "base", "ack_u", "rbase", pl.col("rev_ack").alias("_ra"),
+        pl.col("rev_win").alias("_rw")).join(scale.lazy(), on=G, how="left", maintain_order="left")
+        .filter((pl.col("seq_u") + pl.col("len") == edge).fill_null(False))
+        .select(*base, pl.lit("window_full").alias("event"), rel_seq, rel_ack).collect())
     # out of order: reordering extent = segments (bytes) that arrived before it with a higher sequence number
     ooo = cand.filter(pl.col("reorder"))
     if ooo.height:
@@ -878,10 +903,23 @@ def _first_attempts(df: pl.DataFrame) -> pl.DataFrame:
     """
     if not set(_MAC_KEY) <= set(df.columns) or df.height == 0:
         return df
-    key = ["wlan_ta", "wlan_seq", "wlan_frag"]
-    gap = pl.col("ts_ns").diff().over(key, order_by="frame")
+    gap = _mac_gap(df)
     again = pl.col("wlan_retry").fill_null(False) & pl.col("wlan_seq").is_not_null() & (gap <= MAC_RETRY_SPAN_NS)
     return df.filter(~again.fill_null(False)).drop(list(_MAC_KEY))
+
+
+def _mac_gap(df: pl.DataFrame) -> pl.Series:
+    """Return per record the time since the previous record (frame order) of the same (TA, sequence, fragment)."""
+    code = pl.col("wlan_ta").cast(pl.Categorical).to_physical().cast(pl.Int64).fill_null(-1) + 1
+    seq, frag = (pl.col(c).cast(pl.Int64).fill_null(-1) + 1 for c in ("wlan_seq", "wlan_frag"))
+    m = df.select(code.alias("_t"), seq.alias("_s"), frag.alias("_f"), "frame", "ts_ns").with_row_index("_r")
+    ns, nf = (int(m[c].max()) + 1 for c in ("_s", "_f"))
+    # the MPDU identity as one integer (exact: a TA's code, 16-bit sequence and 8-bit fragment numbers fit)
+    m = m.select("_r", "frame", "ts_ns", ((pl.col("_t") * ns + pl.col("_s")) * nf + pl.col("_f")).alias("_m"))
+    # a sort of these few integer columns by identity, instead of a window over about one group per record
+    o = m.sort("_m", "frame").select(
+        "_r", pl.when(pl.col("_m") == pl.col("_m").shift(1)).then(pl.col("ts_ns") - pl.col("ts_ns").shift(1)).alias("g"))
+    return o.sort("_r").get_column("g")
 
 
 def build(tl: Any) -> dict[str, pl.DataFrame]:
