@@ -22,7 +22,7 @@ import pytest
 
 from tests.helpers.common import REPO
 from xlayer.metrics import open_timeline, table_names
-from xlayer.metrics.export import MANIFEST, Written, with_utc_times, write_metrics
+from xlayer.metrics.export import MANIFEST, Written, dictionary_columns, with_utc_times, write_metrics
 from xlayer.signals import Stop
 
 SAMPLE = REPO / "samples" / "lab-baseline"
@@ -116,14 +116,16 @@ def timeline():
 
 
 def test_success_output_is_what_the_writers_give(timeline, tmp_path: Path) -> None:
-    """Byte for byte: each file is pyarrow's zstd Parquet of the table, the manifest json.dump's text."""
+    """Byte for byte: each file is pyarrow's zstd Parquet of the table (dictionary pages for its strings),
+    the manifest json.dump's text."""
     out = tmp_path / "m"
     man = write_metrics(timeline, out)
     assert man["complete"] is True and list(man["tables"]) == table_names()
     assert_consistent(out)
     for name in ("flows", "owd", "captures"):
         ref = tmp_path / f"ref-{name}.parquet"
-        pq.write_table(with_utc_times(name, timeline.table(name)).to_arrow(), ref, compression="zstd")
+        table = with_utc_times(name, timeline.table(name)).to_arrow()
+        pq.write_table(table, ref, compression="zstd", use_dictionary=dictionary_columns(table.schema))
         assert (out / f"{name}.parquet").read_bytes() == ref.read_bytes(), name
     assert (out / MANIFEST).read_text() == json.dumps(man, indent=1, allow_nan=False, default=str)
     umask = os.umask(0)

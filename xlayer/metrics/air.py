@@ -14,6 +14,7 @@ import polars as pl
 from parsers.schema import SCHEMA
 from xlayer.metrics.schema import Column, conform, register
 from xlayer.metrics.stations import NEEDS as STATION_NEEDS
+from xlayer.metrics.stations import capture_airtime
 from xlayer.timeline.airtime import airtime_ns
 
 if TYPE_CHECKING:
@@ -51,9 +52,10 @@ CAPTURES = register("captures", (
 TABLES = {"air_frames": AIR_FRAMES, "networks": NETWORKS, "captures": CAPTURES}
 
 
-def air_frames(p: pl.DataFrame, capture_file: str) -> pl.DataFrame:
-    """Return the air_frames rows of one air capture's packet table."""
-    df = p.with_columns(airtime_ns(p), pl.lit(capture_file, pl.Utf8).alias("capture_file"))
+def air_frames(p: pl.DataFrame, capture_file: str, ppdu_ns: pl.Series | None = None) -> pl.DataFrame:
+    """Return the air_frames rows of one air capture's packet table (`ppdu_ns`: its airtime, if known)."""
+    air = airtime_ns(p) if ppdu_ns is None else ppdu_ns.alias("airtime_ns")
+    df = p.with_columns(air, pl.lit(capture_file, pl.Utf8).alias("capture_file"))
     return conform(df.select([c.name for c in AIR_FRAMES]), AIR_FRAMES)
 
 
@@ -81,7 +83,8 @@ def build(tl: Timeline) -> dict[str, pl.DataFrame]:
         for c in NEEDS:
             if c not in p.columns:
                 p = p.with_columns(pl.lit(None, dtype=SCHEMA[c]).alias(c))
-        frames.append(air_frames(p, e.file))
+        # the airtime the stations table computed of the same records (or computes now, for it)
+        frames.append(air_frames(p, e.file, capture_airtime(tl, e)["ppdu_ns"]))
         nets.append(networks(p, e.file))
         del p
     return {"air_frames": pl.concat(frames) if frames else conform(None, AIR_FRAMES),

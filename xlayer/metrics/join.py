@@ -269,6 +269,17 @@ def _stations(air: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([down.collect(), up.collect()]).unique()
 
 
+def _before_in_run(x: pl.Expr, new_run: pl.Expr) -> pl.Expr:
+    """Return per row the last non-null `x` on an earlier row of its run (null if none); a run's rows are
+    contiguous and `new_run` is true on its first row."""
+    # x.forward_fill().over(run).shift(1).over(run) without the windows: over some 100 k runs of a row or
+    # two, each window took longer than the rest of the attempts' grouping
+    i = pl.int_range(pl.len())
+    start = pl.when(new_run).then(i).forward_fill()
+    filled = pl.when(pl.when(x.is_not_null()).then(i).forward_fill() >= start).then(x.forward_fill())
+    return pl.when(~new_run).then(filled.shift(1))
+
+
 def _attempts(air: pl.DataFrame) -> pl.DataFrame:
     """Return the unicast payload-carrying data frames, with direction, station and MSDU group id `gid`."""
     # lazily: the filter then copies only the columns selected, not every column of the air records
@@ -301,20 +312,22 @@ def _attempts(air: pl.DataFrame) -> pl.DataFrame:
     part = ["_s", "mac_seq"]
     k = with_sorted_ids(d.select("ta", "ra", "_tid", "mac_seq", "_i", "ts_ns", "frag", "key", "pn",
                                  pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r")), ["ta", "ra", "_tid"], "_s") \
-        .drop("ta", "ra", "_tid").sort([*part, "_i"])
-    # the key columns are sorted: a run of equal (ta, ra, tid, seq) is one window
+        .drop("ta", "ra", "_tid")
+    # by (space, seq, _i): the rows are in _i order, so a stable sort on one integer (4x quicker than three keys)
+    k = k.sort(pl.col("_s").cast(pl.Int64) * 65536 + pl.col("mac_seq").cast(pl.Int64), maintain_order=True)
+    # the key columns are sorted: a run of equal (ta, ra, tid, seq) is one window, its rows contiguous
     run = pl.struct(part).rle_id()
     first = pl.col("_q").shift(1).ne_missing(pl.col("_q"))
-    gap = (pl.col("ts_ns") - pl.col("ts_ns").shift(1).over("_q")) > SPAN_NS
+    gap = (pl.col("ts_ns") - pl.when(~first).then(pl.col("ts_ns").shift(1))) > SPAN_NS
     k0 = pl.when(pl.col("frag") == 0).then(pl.col("key"))
     k = k.with_columns(run.alias("_q"))
-    k = k.with_columns(k0.forward_fill().over("_q").shift(1).over("_q").alias("_pk"))
+    k = k.with_columns(_before_in_run(k0, first).alias("_pk"))
     other_packet = (pl.col("frag") == 0) & pl.col("key").is_not_null() & pl.col("_pk").is_not_null() \
         & (pl.col("key") != pl.col("_pk"))
     # a retry repeats its MPDU's packet number: a first fragment with another PN is another MPDU (a sequence
     # number reused after a wrap, or by a transmitter that restarted)
     p0 = pl.when(pl.col("frag") == 0).then(pl.col("pn"))
-    k = k.with_columns(p0.forward_fill().over("_q").shift(1).over("_q").alias("_pp"))
+    k = k.with_columns(_before_in_run(p0, first).alias("_pp"))
     other_pn = (pl.col("frag") == 0) & pl.col("pn").is_not_null() & pl.col("_pp").is_not_null() \
         & (pl.col("pn") != pl.col("_pp"))
     k = k.select("_r", (first | gap.fill_null(False) | other_packet.fill_null(False) | other_pn.fill_null(False))
@@ -414,14 +427,36 @@ def _seq_spaces(air: pl.DataFrame) -> pl.DataFrame:
         .alias("direction")).collect()
     part = ["ta", "ra", "_tid"]
     # each space numbered in the spaces' sort order: rows sorted and windowed by one integer
-    s = with_sorted_ids(s, part, "_q").sort("_q", "_i")
+    # by (_q, _i): the rows are in _i order, so a stable sort on _q alone
+    s = with_sorted_ids(s, part, "_q").sort("_q", maintain_order=True)
     step = ((pl.col("seq") - pl.col("seq").shift(1).over("_q") + 2048) % 4096 - 2048).fill_null(0)
     s = s.with_columns(step.cum_sum().over("_q").alias("useq"))
-    u = s.group_by("_q", "useq").agg(pl.col(*part, "seq").first(), pl.col("ts_ns").min(), pl.col("direction").first())
-    u = u.sort("_q", "useq").with_columns(
+    u = _distinct_numbers(s, part)
+    u = u.with_columns(
         (pl.col("useq") - pl.col("useq").min().over("_q") - pl.int_range(pl.len()).over("_q")).alias("holes"))
     u = u.select("ta", "ra", "_tid", "useq", "seq", "ts_ns", "direction", "holes")
     return u, s.select("_i", "ta", "ra", "_tid", "useq")
+
+
+def _distinct_numbers(s: pl.DataFrame, part: list[str]) -> pl.DataFrame:
+    """Return one row per (_q, useq) of `s` (rows in (_q, _i) order), sorted by them: `part`, seq and
+    direction of its first row, ts_ns its earliest."""
+    lo, hi = (s.select(pl.col("useq").min().alias("lo"), pl.col("useq").max().alias("hi")).row(0) if s.height
+              else (0, 0))
+    if not s.height or hi - lo >= 1 << 40 or s.get_column("_q").max() >= 1 << 22:
+        return (s.group_by("_q", "useq").agg(pl.col(*part, "seq").first(), pl.col("ts_ns").min(),
+                                              pl.col("direction").first()).sort("_q", "useq"))
+    # A group-by on the two columns, then a sort of its result, took 0.18 s at 0.3x: one stable sort on
+    # one integer instead (ties keep their (_q, _i) order, so a run's first row is the group's first)
+    # and the runs' starts.
+    k = (s.get_column("_q").cast(pl.Int64) * (1 << 41) + (s.get_column("useq") - lo)).to_numpy()
+    order = np.argsort(k, kind="stable")
+    k = k[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    first = s.select("_q", "useq", *part, "seq", "direction")[order[starts]]
+    earliest = np.minimum.reduceat(s.get_column("ts_ns").to_numpy()[order], starts)
+    return first.with_columns(pl.Series("ts_ns", earliest, pl.Int64)).select(
+        "_q", "useq", *part, "seq", "ts_ns", "direction")
 
 
 def _orphan_acks(air: pl.DataFrame) -> pl.DataFrame:
@@ -489,9 +524,12 @@ def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[
     # sorted once and kept sorted: the group-by below would otherwise hold a sorted copy beside `att`
     if not att["_i"].is_sorted():
         att = att.sort("_i")
-    att = att.with_columns(pl.struct("gid", "frag").is_first_distinct().alias("_frag_first"))
-    # MSDU groups: the first attempt gives seq/key/time; the final fragment's confirmation confirms it
-    last_frag = (pl.col("frag") == pl.col("frag").max()) & ~pl.col("more_frag")
+    # MSDU groups: the first attempt gives seq/key/time; the final fragment's confirmation confirms it.
+    # Which attempt that is, is a column made before grouping: a filter holding the group's own maximum
+    # made polars evaluate it group by group (0.17 s of 0.19 s on 94 k groups).
+    last_frag = (pl.col("frag") == pl.col("frag").max().over("gid")) & ~pl.col("more_frag")
+    att = att.with_columns(pl.struct("gid", "frag").is_first_distinct().alias("_frag_first"),
+                           (last_frag & pl.col("acked")).alias("_final_acked"))
     grp = att.group_by("gid").agg(
         pl.col("ta").first(), pl.col("ra").first(), pl.col("direction").first(), pl.col("station").first(),
         pl.col("tid").first(), pl.col("mac_seq").first(), pl.col("useq").first(), pl.col("key").drop_nulls().first(),
@@ -510,8 +548,8 @@ def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[
         pl.len().cast(pl.UInt32).alias("n_attempts"), pl.col("retry").sum().cast(pl.UInt32).alias("n_retries"),
         (pl.col("frag").max().cast(pl.UInt32) + 1).alias("n_fragments"),
         pl.col("rate_mbps").alias("rates_mbps"), pl.col("ampdu_ref").is_not_null().any().alias("ampdu"),
-        pl.col("acked_by").filter(last_frag & pl.col("acked")).first().alias("acked_by"),
-        pl.col("ack_frame").filter(last_frag & pl.col("acked")).first().alias("ack_frame"))
+        pl.col("acked_by").filter(pl.col("_final_acked")).first().alias("acked_by"),
+        pl.col("ack_frame").filter(pl.col("_final_acked")).first().alias("ack_frame"))
     # No ACK seen, yet the transmitter went on to its next MPDU of the same queue before its retry limit:
     # it got an ACK the sniffer did not hear (a far station's ACKs are often too weak for the sniffer).
     part = ["ta", "ra", "tid"]

@@ -63,14 +63,17 @@ without data; ties: the later BSS).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import polars as pl
 
 from xlayer.metrics.schema import Column, conform, register
+from xlayer.timeline.airtime import COLUMNS as AIRTIME_COLUMNS
 from xlayer.timeline.airtime import airtime
 
 if TYPE_CHECKING:
+    from xlayer.bundle.manifest import CaptureEntry
     from xlayer.timeline.open import Timeline
 
 NEEDS: tuple[str, ...] = (
@@ -223,15 +226,31 @@ def cts_answers_rts(ts: str = "ts_ns", typ: str = "type", sub: str = "sub", ta: 
     return ((pl.col(typ) == 1) & (pl.col(sub) == 12) & prev_rts).fill_null(False)
 
 
-def _prepare(packets: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
-    """Return one row per 802.11 record (fields renamed, airtime, the station/AP it concerns; MAC
-    addresses as codes) and the addresses the codes index."""
-    df = packets
-    missing = [c for c in NEEDS if c not in df.columns]
+def capture_airtime(tl: Timeline, e: CaptureEntry) -> pl.DataFrame:
+    """Return `airtime` of an air capture's records as `_prepare` sees them (ppdu_ns, share_ns), computed
+    once per timeline: the stations and air_frames tables both read it."""
+    key = ("airtime", e.file)
+    if key not in tl._shared:
+        # only the columns airtime reads; those NEEDS lacks stay absent, as in `_prepare`'s table
+        cols = [c for c in NEEDS if c in AIRTIME_COLUMNS]
+        tl._shared[key] = airtime(_filled(tl.packets(e, columns=cols), cols)).select("ppdu_ns", "share_ns")
+    return tl._shared[key]
+
+
+def _filled(df: pl.DataFrame, cols: Sequence[str]) -> pl.DataFrame:
+    """Return `df` with the columns of `cols` it lacks added as nulls of the packet schema's dtype."""
+    missing = [c for c in cols if c not in df.columns]
     if missing:
         from parsers.schema import SCHEMA
         df = df.with_columns(pl.lit(None, SCHEMA[c]).alias(c) for c in missing)
-    air = airtime(df).get_column("share_ns").fill_null(0)
+    return df
+
+
+def _prepare(packets: pl.DataFrame, share: pl.Series | None = None) -> tuple[pl.DataFrame, pl.Series]:
+    """Return one row per 802.11 record (fields renamed, airtime, the station/AP it concerns; MAC
+    addresses as codes) and the addresses the codes index (`share`: the records' share_ns, if known)."""
+    df = _filled(packets, NEEDS)
+    air = (airtime(df).get_column("share_ns") if share is None else share).fill_null(0)
     # MAC addresses as integer codes inside the module (a quarter of the strings' memory on millions
     # of frames); sorted, so ordering by code is ordering by address.  Tables get the strings back.
     macs = _mac_codes(df, ("wlan_ta", "wlan_ra", "wlan_bssid"))
@@ -557,7 +576,8 @@ def build(tl: Timeline) -> dict[str, pl.DataFrame]:
         if tl.packets(e, columns=["frame"]).height == 0:
             tabs = station_tables(tl.packets(e, columns=list(NEEDS)), e.file, tl.bin_ns)
         else:
-            tabs = _tables_of(*_prepare(tl.packets(e, columns=list(NEEDS))), e.file, tl.bin_ns)
+            tabs = _tables_of(*_prepare(tl.packets(e, columns=list(NEEDS)), capture_airtime(tl, e)["share_ns"]),
+                              e.file, tl.bin_ns)
         for name, df in tabs.items():
             parts[name].append(df)
     return {name: (pl.concat(parts[name]) if parts[name] else conform(None, cols)) for name, cols in TABLES.items()}

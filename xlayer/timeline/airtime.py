@@ -208,9 +208,15 @@ _HE_NSD = {20: 234, 40: 468, 80: 980, 160: 1960}
 _HE_BITS_RATE = np.array([1 / 2, 1, 3 / 2, 2, 3, 4, 9 / 2, 5, 6, 20 / 3, 15 / 2, 25 / 3])   # N_BPSCS · R
 
 
+def _names(phy: np.ndarray) -> np.ndarray:
+    """Return the PHY names as a NumPy string array (converted only when not one already)."""
+    phy = np.asarray(phy)
+    return phy if phy.dtype.kind == "U" else phy.astype(str)
+
+
 def table_ndbps(phy: np.ndarray, mcs: np.ndarray, nss: np.ndarray, bw_mhz: np.ndarray) -> np.ndarray:
     """Return N_DBPS of VHT and HE frames from their MCS, streams and bandwidth (NaN for others)."""
-    phy = np.asarray(phy).astype(str)
+    phy = _names(phy)
     m = np.asarray(mcs, dtype=np.float64)
     n = np.asarray(nss, dtype=np.float64)
     bw = np.asarray(bw_mhz, dtype=np.float64)
@@ -239,7 +245,7 @@ def ppdu_duration_ns(psdu_bytes: np.ndarray, rate_mbps: np.ndarray, phy: np.ndar
     L = np.asarray(psdu_bytes, dtype=np.float64)
     rate = np.asarray(rate_mbps, dtype=np.float64)
     rate = np.where(np.isfinite(rate) & (rate > 0), rate, np.nan)
-    phy = np.asarray(phy).astype(str)
+    phy = _names(phy)
     nltf = _NLTF[np.clip(np.asarray(nss, dtype=np.int64), 0, 8)]
     ht, vht, he = phy == "ht", phy == "vht", phy == "he"
     mimo = ht | vht
@@ -366,14 +372,16 @@ def _airtime_slice(df: pl.DataFrame, mpdu: pl.Series) -> pl.DataFrame:
     # strings) stay small on millions of frames.
     for lo in range(0, d.height, _SLICE):
         p = d.slice(lo, _SLICE)
-        args = (p["rate"].to_numpy(), p["phy"].to_numpy(), p["nss"].to_numpy(), p["short"].to_numpy(),
+        # the PHY names converted from Python strings once, not by each of the three formulas
+        phy = _names(p["phy"].to_numpy())
+        args = (p["rate"].to_numpy(), phy, p["nss"].to_numpy(), p["short"].to_numpy(),
                 p["sgi"].to_numpy(), p["gi"].fill_null(np.nan).to_numpy(), p["g24"].fill_null(False).to_numpy())
-        nd = table_ndbps(p["phy"].to_numpy(), p["mcs"].fill_null(np.nan).to_numpy(), p["nss"].to_numpy(),
+        nd = table_ndbps(phy, p["mcs"].fill_null(np.nan).to_numpy(), p["nss"].to_numpy(),
                          p["bw_mhz"].fill_null(np.nan).to_numpy())
         hi = lo + p.height
         dur[lo:hi] = ppdu_duration_ns(ppdu_b[lo:hi], *args, ndbps=nd)
         upto[lo:hi] = ppdu_duration_ns(upto_b[lo:hi], *args, ndbps=nd)
-        del p, args
+        del p, args, phy
     upto = np.where(d["tail_ok"].to_numpy(), np.minimum(upto, dur), np.nan)
     share = dur * d["sub"].cast(pl.Float64).fill_null(np.nan).to_numpy() / ppdu_b
     return pl.DataFrame({

@@ -42,7 +42,7 @@ from parsers.decode.ingest import IngestStats
 from xlayer.bundle.manifest import Bundle, BundleError, CaptureEntry, open_bundle
 from xlayer.bundle.tables import scan, state_ingest_stats, state_read_error
 from xlayer.signals import process_alive
-from xlayer.timeline.flowkey import flow_exprs
+from xlayer.timeline.flowkey import FRAGMENT_KEY, flow_exprs, is_fragment
 
 ADDED = ("capture_file", "vantage", "clock", "kind", "ts_local_ns", "flow", "conn", "dir")
 
@@ -143,6 +143,8 @@ class Timeline:
     _table_files: dict[str, str] = field(default_factory=dict, repr=False)
     # the decode-cache entry the packet tables are kept in (None: not cached); derived tables go there too
     _cached: Any = field(default=None, repr=False)
+    # what several table modules read of a capture, computed once (an air capture's airtime: stations, air)
+    _shared: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def close(self) -> None:
         """Remove the spill directory (tables already returned stay readable on POSIX systems); a cache
@@ -604,10 +606,10 @@ def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: 
         if e.file not in (raw if spill_dir is None else raw_files):
             continue
         src: Any = raw.pop(e.file) if spill_dir is None else pl.scan_ipc(raw_files[e.file])
-        df = src.with_columns(
+        df = _with_flows(src.with_columns(
             pl.lit(e.file, pl.String).alias("capture_file"), pl.lit(e.vantage, pl.String).alias("vantage"),
-            pl.lit(e.clock, pl.String).alias("clock"), pl.lit(e.kind, pl.String).alias("kind"),
-            *flow_exprs(fragments={"ip_mf", "ip_frag_offset", "ip_id"} <= set(cols)))
+            pl.lit(e.clock, pl.String).alias("clock"), pl.lit(e.kind, pl.String).alias("kind")),
+            fragments={"ip_mf", "ip_frag_offset", "ip_id"} <= set(cols))
         df = tl._align(df, e)
         if spill_dir is None:
             tl._packets[e.file] = df
@@ -619,6 +621,52 @@ def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: 
             os.remove(f)
         tl._spilled[e.file] = path
     return tl
+
+
+_FLOW_KEY = ["ip_src", "ip_dst", "ip_proto", "sport", "dport"]
+_FLOW_HASH_SEED = 0x5EED
+
+
+def _datagram_ports(keys: pl.DataFrame) -> pl.DataFrame:
+    """Return the key columns with the later fragments of an IP datagram given its first fragment's ports."""
+    frag = is_fragment()
+    if not keys.select(frag.any()).item():
+        return keys.select(_FLOW_KEY)
+    # the fragments alone are grouped (the few rows the window is about), and written back in place
+    sub = keys.with_row_index("_r").filter(frag)
+    sub = sub.select("_r", *(pl.col(p).fill_null(pl.col(p).drop_nulls().first().over(FRAGMENT_KEY))
+                             for p in ("sport", "dport")))
+    idx = sub.get_column("_r")
+    return keys.select(_FLOW_KEY).with_columns(keys.get_column(p).clone().scatter(idx, sub.get_column(p))
+                                               for p in ("sport", "dport"))
+
+
+def _with_flows(df: pl.DataFrame | pl.LazyFrame, fragments: bool) -> pl.DataFrame | pl.LazyFrame:
+    """Return the packet table with `flow`, `conn` and `dir` appended (`flowkey.flow_exprs`'s values)."""
+    # The strings are built once per distinct (addresses, protocol, ports), a handful per capture, and
+    # joined back: built per packet, with the fragments' window over every row, they took 0.16 s per 94 k
+    # packets. A missing column (a table read without ports) leaves the expressions to say so.
+    names = df.collect_schema().names() if isinstance(df, pl.LazyFrame) else df.columns
+    extra = [*FRAGMENT_KEY[3:], "ip_mf", "ip_frag_offset"] if fragments else []
+    if not set(_FLOW_KEY + extra) <= set(names):
+        return df.with_columns(flow_exprs(fragments=fragments))
+    out = ["flow", "conn", "dir"]
+    if isinstance(df, pl.LazyFrame):
+        # A spilled capture, streamed: only its distinct keys are held, and each row's strings are looked
+        # up by the keys' hash, row by row (a join would hold the whole capture: 417 -> 901 MB at 0.3x).
+        # Fragments (rare) and hashes that collide among the distinct keys take the expressions, as before.
+        if fragments and df.select(is_fragment().any()).collect().item():
+            return df.with_columns(flow_exprs(fragments=True))
+        h = pl.struct(_FLOW_KEY).hash(seed=_FLOW_HASH_SEED)
+        distinct = df.select(_FLOW_KEY).unique().collect().with_columns(*flow_exprs(), h.alias("_h"))
+        if distinct.get_column("_h").n_unique() != distinct.height:
+            return df.with_columns(flow_exprs())
+        return df.with_columns(h.replace_strict(distinct.get_column("_h"), distinct.get_column(c),
+                                                return_dtype=pl.String).alias(c) for c in out)
+    keys = _datagram_ports(df.select(_FLOW_KEY + extra)) if fragments else df.select(_FLOW_KEY)
+    distinct = keys.unique().with_columns(flow_exprs()).select(*_FLOW_KEY, *out)
+    got = keys.join(distinct, on=_FLOW_KEY, how="left", nulls_equal=True, maintain_order="left")
+    return df.with_columns(got.select(out).get_columns())
 
 
 def read_notes(tl: Timeline) -> list[str]:
