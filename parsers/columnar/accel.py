@@ -1,4 +1,5 @@
-"""The compiled record walks and batched CRC-32s (parsers/columnar/_walk.c), when they are there.
+"""The compiled record walks, batched CRC-32s and decryption helpers (parsers/columnar/_walk.c), when
+they are there.
 
 `AVAILABLE` says whether they are used. Setting XLAYER_PURE_PYTHON=1 in the environment turns them
 off (tests compare both ways). Each function returns exactly what the pure-Python loop it replaces
@@ -70,3 +71,45 @@ def dontneed(buf, start: int, length: int) -> None:
     """Drop buf[start:start + length] (page-aligned, in a memory map) from the resident set, with
     the GIL released (mmap.madvise holds it)."""
     _walk.dontneed(buf, start, length)
+
+
+def _i64(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def ctr_blocks(prefix: np.ndarray, width: int, first: np.ndarray, nb: np.ndarray) -> bytes:
+    """Return the counter blocks of every frame one after another: nb[i] blocks of its prefix (a row of
+    the (n, 16 - width) uint8 prefix) and a big-endian counter of `width` bytes from first[i]."""
+    return _walk.ctr_blocks(np.ascontiguousarray(prefix, dtype=np.uint8), width, _i64(first), _i64(nb))
+
+
+def ctr_xor(buf, at: np.ndarray, plen: np.ndarray, stream: bytes, dest: np.ndarray, dest_row: np.ndarray) -> None:
+    """Write buf[at[i]:at[i]+plen[i]] XOR its rows of stream to dest ((rows, 16) uint8, C-contiguous)
+    from row dest_row[i], zero past plen[i] in the last row (the GIL released meanwhile)."""
+    _walk.ctr_xor(buf, _i64(at), _i64(plen), stream, dest, _i64(dest_row))
+
+
+def put_headers(buf, s: np.ndarray, hdr: np.ndarray, dest: np.ndarray, end: np.ndarray) -> None:
+    """Copy the hdr[i] bytes at buf[s[i]] to dest (flat uint8, C-contiguous) ending at end[i], the
+    Protected bit of each cleared."""
+    _walk.put_headers(buf, _i64(s), _i64(hdr), dest, _i64(end))
+
+
+def dot11_locate(buf, offset: np.ndarray, caplen: np.ndarray, wirelen: np.ndarray, linktype: np.ndarray,
+                 others) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Return (candidate, start, end, length on the air, found) of every record, as
+    parsers.decode.decrypt.candidates and locate give them (`others`: the 802.11 link types other
+    than raw 802.11 and radiotap), from one pass in C with the GIL released."""
+    cand, start, end, wire, found = _walk.dot11_locate(buf, _i64(offset), _i64(caplen), _i64(wirelen),
+                                                       _i64(linktype), _i64(list(others)))
+    return (np.frombuffer(cand, np.bool_), np.frombuffer(start, np.int64), np.frombuffer(end, np.int64),
+            np.frombuffer(wire, np.int64), np.frombuffer(found, np.bool_))
+
+
+def protected_fields(buf, s: np.ndarray, head_width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return (head (n, head_width) uint8, fields (8, n) int64, nonce (n, 13) uint8) of the protected
+    frames starting at s: see _walk.protected_fields for the fields' order."""
+    head, fields, nonce = _walk.protected_fields(buf, _i64(s), head_width)
+    n = len(s)
+    return (np.frombuffer(head, np.uint8).reshape(n, head_width), np.frombuffer(fields, np.int64).reshape(8, n),
+            np.frombuffer(nonce, np.uint8).reshape(n, 13))

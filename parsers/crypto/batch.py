@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from parsers.columnar import accel
 from parsers.crypto.ccmp import (
     CCMP_HDR,
     MIC_LEN,
@@ -31,7 +32,7 @@ from parsers.crypto.tkip import TRAILER
 
 NONE, OK, CUT, FAIL = 0, 1, 2, 3        # outcome: no plaintext (reason), MIC verified, cut (prefix), MIC failure
 HEAD = 48                               # header bytes read per frame: MAC header (<= 36) + security header
-_LLC = np.frombuffer(LLC_EAPOL, np.uint8)
+_LLC_U8 = np.frombuffer(LLC_EAPOL[:8], "<u8")[0]
 _CCM_MAX = 0xFFFF                       # CCM with L = 2 carries at most this many bytes (longer: per frame)
 
 
@@ -55,6 +56,28 @@ class Protected:
         n = len(self.s)
         self.s, self.ln, self.wire = (np.asarray(a, np.int64) for a in (self.s, self.ln, self.wire))
         self.index = np.asarray(self.index, np.int64)
+        if accel.AVAILABLE and n and self.buf.flags.c_contiguous:
+            self._fields_compiled()
+        else:
+            self._fields(n)
+        self.prefix = ccm_prefix(self.nonce)
+        self.combo, self.combo_first = _combos(self.head, self.group, self.kid)
+        self.body_cap = np.maximum(self.ln - self.hdr - CCMP_HDR, 0)
+        hb = (self.hdr + 15) // 16
+        rows = hb + (self.body_cap + 15) // 16
+        self.body_row = np.cumsum(rows) - rows + hb
+        self.out = np.zeros((int(rows.sum()), 16), np.uint8)
+        self.outcome = np.zeros(n, np.int8)
+        self.key = np.full(n, -1, np.int32)
+        self.plen = np.zeros(n, np.int64)
+        self.stripped = np.zeros(n, bool)
+        self.internal = np.zeros(n, bool)
+        self.no_key = np.zeros(n, bool)
+        self.short = self.ln < self.hdr + CCMP_HDR
+        self.wep = ~self.short & ~self.ext_iv
+
+    def _fields(self, n: int) -> None:
+        """Read every frame's first HEAD bytes (head), header fields and CCM nonce."""
         h = self.head = rows_at(self.buf, self.s, HEAD)
         fc0, fc1 = h[:, 0].astype(np.int64), h[:, 1].astype(np.int64)
         self.ftype, self.sub, self.fc1 = (fc0 >> 2) & 3, fc0 >> 4, fc1
@@ -73,22 +96,14 @@ class Protected:
         self.nonce[:, 0] = np.where(self.ftype == 0, 0x10, self.tid)
         self.nonce[:, 1:7] = h[:, 10:16]
         self.nonce[:, 7:] = sec[:, [7, 6, 5, 4, 1, 0]]
-        self.prefix = ccm_prefix(self.nonce)
-        self.aad = _aad(h, data, fc1, self.four, self.qos, self.tid)
-        self.combo, self.combo_first = _combos(h, self.group, self.kid)
-        self.body_cap = np.maximum(self.ln - self.hdr - CCMP_HDR, 0)
-        hb = (self.hdr + 15) // 16
-        rows = hb + (self.body_cap + 15) // 16
-        self.body_row = np.cumsum(rows) - rows + hb
-        self.out = np.zeros((int(rows.sum()), 16), np.uint8)
-        self.outcome = np.zeros(n, np.int8)
-        self.key = np.full(n, -1, np.int32)
-        self.plen = np.zeros(n, np.int64)
-        self.stripped = np.zeros(n, bool)
-        self.internal = np.zeros(n, bool)
-        self.no_key = np.zeros(n, bool)
-        self.short = self.ln < self.hdr + CCMP_HDR
-        self.wep = ~self.short & ~self.ext_iv
+
+    def _fields_compiled(self) -> None:
+        """_fields in one compiled pass (the same arrays)."""
+        self.head, f, self.nonce = accel.protected_fields(self.buf, self.s, HEAD)
+        self.ftype, self.sub, self.fc1, self.hdr, self.tid, self.kid = f[:6]
+        bits = f[7]
+        self.four, self.qos = (bits & 1) != 0, (bits & 2) != 0
+        self.ext_iv, self.group = (bits & 4) != 0, (bits & 8) != 0
 
     def __len__(self) -> int:
         return len(self.s)
@@ -108,9 +123,18 @@ class Protected:
         s = int(self.s[i])
         return self.buf[s:s + int(self.ln[i]) - trim].tobytes()
 
+    def aad_of(self, rows: np.ndarray) -> np.ndarray:
+        """Return the (len(rows), 32) AAD blocks of frames rows (see _aad): only whole frames need one."""
+        fc1 = self.fc1[rows]
+        return _aad(self.head[rows], self.ftype[rows] == 2, fc1, self.four[rows], self.qos[rows], self.tid[rows])
+
     def write_headers(self) -> None:
         """Write the header (Protected bit cleared) before the body of every frame with a plaintext."""
         has = np.flatnonzero((self.outcome == OK) | (self.outcome == CUT))
+        if accel.AVAILABLE:
+            accel.put_headers(self.head.reshape(-1), has * HEAD, self.hdr[has], self.out.reshape(-1),
+                              self.body_row[has] * 16)
+            return
         hdr = self.hdr[has]
         for h in np.unique(hdr).tolist():
             rows = has[hdr == h]
@@ -211,8 +235,9 @@ def _eapol_rows(p: Protected, idx: np.ndarray) -> np.ndarray:
     ok = idx[(p.outcome[idx] == OK) & (p.ftype[idx] == 2) & ((p.sub[idx] & 4) == 0) & (p.plen[idx] >= 8)]
     if not len(ok):
         return ok
-    first = p.out[p.body_row[ok], :8]
-    return ok[(first == _LLC).all(axis=1)]
+    # the first 8 body bytes of each frame as one little-endian integer: one gather, one compare
+    first = p.out.view("<u8")[p.body_row[ok], 0]
+    return ok[first == _LLC_U8]
 
 
 def _feed(d, p: Protected, i: int) -> None:
@@ -340,13 +365,13 @@ def _verify(d, p: Protected, key, fr: np.ndarray, trim: int) -> None:
     batch = (plen <= _CCM_MAX) & key.cipher.startswith("CCMP")
     if batch.any():
         b = fr[batch]
-        ok, nb, rows = ccm_open_batch(_ecb(d, key), mic, p.buf, p.prefix[b], p.aad[b], p.s[b] + p.hdr[b] + CCMP_HDR,
-                                      plen[batch])
+        # decrypted in place: a frame whose MIC fails has its rows zeroed again (never decoded anyway)
+        ok, nb, _ = ccm_open_batch(_ecb(d, key), mic, p.buf, p.prefix[b], p.aad_of(b), p.s[b] + p.hdr[b] + CCMP_HDR,
+                                   plen[batch], dest=p.out, dest_row=p.body_row[b])
         good = np.flatnonzero(ok)
-        if len(good) == len(b):             # the common case: every frame verifies
-            p.out[ranges(p.body_row[b], nb)] = rows
-        elif len(good):
-            p.out[ranges(p.body_row[b[good]], nb[good])] = rows[ranges((np.cumsum(nb) - nb)[good], nb[good])]
+        if len(good) < len(b):
+            bad = np.flatnonzero(~ok)
+            p.out[ranges(p.body_row[b[bad]], nb[bad])] = 0
         g = b[good]
         p.outcome[g], p.key[g], p.plen[g] = OK, key.key_id, plen[batch][good]
     for i in fr[~batch].tolist():
@@ -406,8 +431,10 @@ def _cut_keys(d, p: Protected, fr: np.ndarray, mat: np.ndarray, cands: list[list
     choice = mat[p.combo[fr], 0].copy()
     ok = idx[p.outcome[idx] == OK]
     pair_id, pairs = _key_pairs(d)
-    ev_pair = pair_id[p.key[ok]] if len(ok) else np.zeros(0, np.int64)
-    events = {pid: (ok[at], p.key[ok][at]) for pid, at in groups(ev_pair, np.arange(len(ok))) if pid >= 0}
+    ok_key = p.key[ok]
+    ev_pair = pair_id[ok_key] if len(ok) else np.zeros(0, np.int64)
+    ptk = np.flatnonzero(ev_pair >= 0)      # group keys have no pair: only PTK frames are events
+    events = {pid: (ok[ptk[at]], ok_key[ptk[at]]) for pid, at in groups(ev_pair[ptk], np.arange(len(ptk)))}
     ids = {pair: i for i, pair in enumerate(pairs)}
     for c, at in groups(p.combo[fr], np.arange(len(fr))):
         ptks = [k for k in cands[c] if k.kind == "ptk"]

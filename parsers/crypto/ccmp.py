@@ -14,6 +14,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM
 
+from parsers.columnar import accel
 from parsers.crypto.frames import Header
 
 CCMP_HDR = 8
@@ -180,12 +181,22 @@ def clear_tails(rows: np.ndarray, nb: np.ndarray, plen: np.ndarray) -> None:
 
 def ctr_open(ecb, prefix: np.ndarray, first: int, width: int, buf: np.ndarray, at: np.ndarray,
              plen: np.ndarray, zero_tails: bool = True, dest: np.ndarray | None = None,
-             dest_row: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+             dest_row: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Return (rows per frame, plaintext rows one after another) of the bytes buf[at:at+plen] of every
     frame XORed with its counter-mode key stream (counters from `first`); the bytes past each length
-    are zero, or left as they are without zero_tails.  With `dest`, the rows of frame i are also
-    written to dest[dest_row[i]:] ((rows, 16) array)."""
+    are zero, or (numpy path only) left as they are without zero_tails.  With `dest`, the rows of
+    frame i are written to dest[dest_row[i]:] ((rows, 16) array) instead; the compiled path then
+    returns None for the rows."""
     nb = (np.asarray(plen, np.int64) + 15) // 16
+    if accel.AVAILABLE and (dest is None or (dest.flags.c_contiguous and dest.flags.writeable)):
+        # counter blocks, AES and the XOR-and-scatter in three passes (numpy took seven)
+        firsts = np.broadcast_to(np.asarray(first, np.int64), nb.shape)
+        stream = ecb.update(accel.ctr_blocks(prefix, width, firsts, nb)) if len(nb) else b""
+        own = dest is None
+        if own:
+            dest, dest_row = np.empty((int(nb.sum()), 16), np.uint8), np.cumsum(nb) - nb
+        accel.ctr_xor(np.ascontiguousarray(buf), at, plen, stream, dest, dest_row)
+        return nb, (dest if own else None)
     within = ranges(np.zeros(len(nb), np.int64), nb)
     plain = body_rows(buf, at, nb, within)
     plain ^= aes_blocks(ecb, counter_blocks(prefix, first, nb, width, within))
@@ -205,13 +216,16 @@ def ccm_prefix(nonce: np.ndarray) -> np.ndarray:
 
 
 def ccm_open_batch(ecb, mic_len: int, buf: np.ndarray, prefix: np.ndarray, aad: np.ndarray, at: np.ndarray,
-                   plen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                   plen: np.ndarray, dest: np.ndarray | None = None, dest_row: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Return (MIC verified, rows per frame, plaintext rows) of CCM frames whose ciphertext is
     buf[at:at+plen] followed by the MIC; `prefix` is ccm_prefix(nonce), `aad` (n, 32) the 2-byte AAD
-    length, the AAD, zeros."""
+    length, the AAD, zeros.  With `dest`, the plaintext rows (the bytes past each length zero) are
+    written to dest[dest_row[i]:] instead, whether the MIC verifies or not, and None is returned for them."""
     n = len(plen)
     plen = np.asarray(plen, np.int64)
-    nb, padded = ctr_open(ecb, prefix, 1, 2, buf, at, plen)
+    nb, padded = ctr_open(ecb, prefix, 1, 2, buf, at, plen, dest=dest, dest_row=dest_row)
+    src, row0 = (padded, np.cumsum(nb) - nb) if dest is None else (dest, np.asarray(dest_row, np.int64))
     s0 = aes_blocks(ecb, counter_blocks(prefix, 0, np.ones(n, np.int64), 2))
     b0 = np.empty((n, 16), np.uint8)
     b0[:, 0] = B0_FLAGS[mic_len]
@@ -222,12 +236,12 @@ def ccm_open_batch(ecb, mic_len: int, buf: np.ndarray, prefix: np.ndarray, aad: 
     x = aes_blocks(ecb, b0[order])
     x = aes_blocks(ecb, x ^ aad[order, :16])
     x = aes_blocks(ecb, x ^ aad[order, 16:]).copy()
-    nb_o, boff_o = nb[order], (np.cumsum(nb) - nb)[order]
+    nb_o, boff_o = nb[order], row0[order]
     running = n - np.searchsorted(nb_o[::-1], np.arange(int(nb_o[0]) if n else 0), side="right")
     for j, k in enumerate(running.tolist()):
-        x[:k] = aes_blocks(ecb, x[:k] ^ padded[boff_o[:k] + j])
+        x[:k] = aes_blocks(ecb, x[:k] ^ src[boff_o[:k] + j])
     tag = np.empty_like(x)
     tag[order] = x
     mic = rows_at(buf, np.asarray(at, np.int64) + plen, mic_len)
     ok = ((tag[:, :mic_len] ^ s0[:, :mic_len]) == mic).all(axis=1)
-    return ok, nb, padded
+    return ok, nb, (padded if dest is None else None)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from parsers.columnar import accel
 from parsers.crypto.batch import CUT, FAIL, NONE, OK, Protected, decrypt_protected
 from parsers.crypto.ccmp import CCMP_HDR, MIC_LEN, rows_at
 from parsers.crypto.decrypt import Decryptor
@@ -32,7 +33,8 @@ DECRYPT_COLUMNS = ("wlan_decrypted", "wlan_mic", "wlan_key")
 _RADIOTAP = 127
 _RAW = 105
 _EAPOL = np.frombuffer(LLC_EAPOL, np.uint8)
-_MIC_NAMES = np.array([None, "ok", "unverified", "failed"], object)     # by outcome (NONE, OK, CUT, FAIL)
+MIC_TEXTS = ("ok", "unverified", "failed")      # wlan_mic by outcome - 1 (OK, CUT, FAIL; NONE: null)
+KEY_KINDS = ("ptk", "gtk", "tk")                # wlan_key: the kind of key, never key material
 MIN_BATCH = 16      # fewer protected frames between two EAPOL frames go the per-frame way (cheaper)
 
 
@@ -58,14 +60,25 @@ class Plain:
 
 class PlainChunk(Mapping):
     """{chunk row: Plain} of one chunk's protected records, held as columns (Plain objects are made only
-    when asked for). A columnar consumer reads `rows` (sorted), `decrypted`, `mic` and `key` (object
-    arrays), and the plaintext frames `buf[start:end]` with their lengths on the air `claimed`."""
+    when asked for). A columnar consumer reads `rows` (sorted), `decrypted`, the verdict texts as codes
+    (`mic_code` into MIC_TEXTS, `key_code` into KEY_KINDS; -1 null) or as object arrays (`mic`, `key`),
+    and the plaintext frames `buf[start:end]` with their lengths on the air `claimed`."""
 
-    def __init__(self, rows: np.ndarray, decrypted: np.ndarray, mic: np.ndarray, key: np.ndarray, buf: np.ndarray,
-                 start: np.ndarray, end: np.ndarray, claimed: np.ndarray):
-        self.rows, self.decrypted, self.mic, self.key = rows, decrypted, mic, key
+    def __init__(self, rows: np.ndarray, decrypted: np.ndarray, mic_code: np.ndarray, key_code: np.ndarray,
+                 buf: np.ndarray, start: np.ndarray, end: np.ndarray, claimed: np.ndarray):
+        self.rows, self.decrypted, self.mic_code, self.key_code = rows, decrypted, mic_code, key_code
         self.buf, self.start, self.end, self.claimed = buf, start, end, claimed
         self._made: dict[int, Plain] | None = None
+
+    @property
+    def mic(self) -> np.ndarray:
+        """Return the wlan_mic text of every row (object array, None where null)."""
+        return np.array([*MIC_TEXTS, None], object)[self.mic_code]
+
+    @property
+    def key(self) -> np.ndarray:
+        """Return the wlan_key text (kind of key) of every row (object array, None where null)."""
+        return np.array([*KEY_KINDS, None], object)[self.key_code]
 
     def _plains(self) -> dict[int, Plain]:
         """Return every row's Plain (made once, on the first per-row access)."""
@@ -100,9 +113,9 @@ class ChunkDecryptor:
     def chunk(self, chunk: RecordChunk) -> PlainChunk:
         """Return {chunk row: Plain} for the chunk's protected 802.11 frames (after feeding its EAPOL frames)."""
         d = self._dec
-        rows = candidates(chunk)
+        rows, where = _candidates_located(chunk)
         d.counts.frames += len(chunk) - len(rows)   # records not worth a look are counted as seen
-        buf, rows, s, ln, wire = self._frames(chunk, rows)
+        buf, rows, s, ln, wire = self._frames(chunk, rows, where)
         head = rows_at(buf, s, 2)
         fc0, fc1 = head[:, 0].astype(np.int64), head[:, 1].astype(np.int64)
         ftype = (fc0 >> 2) & 3
@@ -125,10 +138,11 @@ class ChunkDecryptor:
         p.write_headers()
         return _plain_chunk(p, rows[pr], np.array(extra, np.int64), d)
 
-    def _frames(self, chunk: RecordChunk, rows: np.ndarray):
-        """Return (buffer, rows, start, captured length, length on the air) of the rows' bare 802.11 frames;
-        records without one are counted (not_dot11) and left out."""
-        s, end, wire, ok = locate(chunk, rows)
+    def _frames(self, chunk: RecordChunk, rows: np.ndarray, where: tuple | None = None):
+        """Return (buffer, rows, start, captured length, length on the air) of the rows' bare 802.11 frames
+        (`where`: locate(chunk, rows), when the caller has it); records without one are counted
+        (not_dot11) and left out."""
+        s, end, wire, ok = locate(chunk, rows) if where is None else where
         if ok.all():
             return chunk.data, rows, s, end - s, wire
         parts, keep, at, starts, lens, wires = [], [], 0, [], [], []
@@ -193,22 +207,27 @@ def _one(d: Decryptor, p: Protected, i: int) -> None:
 
 def _plain_chunk(p: Protected, rows: np.ndarray, extra: np.ndarray, d: Decryptor) -> PlainChunk:
     """Return the PlainChunk of a chunk's decrypted frames (and of records an internal error left undecoded)."""
-    all_rows = np.concatenate([rows.astype(np.int64), extra])
-    order = np.argsort(all_rows, kind="stable")
-    outcome = np.concatenate([p.outcome, np.zeros(len(extra), np.int8)])[order]
-    key = np.concatenate([p.key, np.full(len(extra), -1, np.int32)])[order]
-    start = np.concatenate([p.start, np.zeros(len(extra), np.int64)])[order]
-    end = np.concatenate([p.end, np.zeros(len(extra), np.int64)])[order]
+    if len(extra):
+        all_rows = np.concatenate([rows.astype(np.int64), extra])
+        order = np.argsort(all_rows, kind="stable")
+        all_rows = all_rows[order]
+        outcome = np.concatenate([p.outcome, np.zeros(len(extra), np.int8)])[order]
+        key = np.concatenate([p.key, np.full(len(extra), -1, np.int32)])[order]
+        start = np.concatenate([p.start, np.zeros(len(extra), np.int64)])[order]
+        end = np.concatenate([p.end, np.zeros(len(extra), np.int64)])[order]
+        wire = np.concatenate([p.wire, np.zeros(len(extra), np.int64)])[order]
+    else:   # the usual case: the protected rows are in order already (no concatenation, no sort)
+        all_rows, outcome, key, start, end, wire = rows.astype(np.int64), p.outcome, p.key, p.start, p.end, p.wire
     decrypted = (outcome == OK) | (outcome == CUT)
     kinds = [k.kind for k in d.hs.all]
     trailer = np.array([TRAILER if k.cipher == "TKIP" else MIC_LEN[k.cipher] for k in d.hs.all] or [0], np.int64)
-    wire = np.concatenate([p.wire, np.zeros(len(extra), np.int64)])[order]
     claimed = np.where(decrypted, end - start, 0)
     cut = outcome == CUT
     claimed[cut] = np.maximum(claimed[cut], wire[cut] - CCMP_HDR - trailer[key[cut]])
-    mic = _MIC_NAMES[outcome]
-    key_kind = np.array([*kinds, None], object)[np.where(decrypted, key, len(kinds))]
-    return PlainChunk(all_rows[order], decrypted, mic, key_kind, p.out.reshape(-1), start, end, claimed)
+    kind_code = np.array([KEY_KINDS.index(k) for k in kinds] + [-1], np.int64)
+    key_code = kind_code[np.where(decrypted, key, len(kinds))]
+    return PlainChunk(all_rows, decrypted, outcome.astype(np.int64) - 1, key_code, p.out.reshape(-1), start,
+                      end, claimed)
 
 
 def _hdr_len(ftype: np.ndarray, fc0: np.ndarray, fc1: np.ndarray) -> np.ndarray:
@@ -308,6 +327,20 @@ def _plain(got, wire_len: int) -> Plain:
     return Plain(got.plaintext, max(len(got.plaintext), wire_len - CCMP_HDR - trailer), got.key.kind, "unverified")
 
 
+_OTHER_DOT11 = tuple(t for t in DOT11_LINKTYPES if t not in (_RAW, _RADIOTAP))
+
+
+def _candidates_located(chunk: RecordChunk) -> tuple[np.ndarray, tuple | None]:
+    """Return candidates(chunk) and, from the compiled pass that finds both, locate(chunk, candidates)
+    (None without it)."""
+    if not accel.AVAILABLE or not len(chunk) or not len(chunk.data) or not chunk.data.flags.c_contiguous:
+        return candidates(chunk), None
+    cand, start, end, wire, found = accel.dot11_locate(chunk.data, chunk.offset, chunk.caplen, chunk.wirelen,
+                                                       chunk.linktype, _OTHER_DOT11)
+    rows = np.flatnonzero(cand)
+    return rows, (start[rows], end[rows], wire[rows], found[rows])
+
+
 def candidates(chunk: RecordChunk) -> np.ndarray:
     """Return the rows that may hold a protected data/management frame or an EAPOL frame (a superset).
 
@@ -339,7 +372,7 @@ def candidates(chunk: RecordChunk) -> np.ndarray:
     data_rows = np.flatnonzero(framed & ~cand & (ftype == 0x08))
     if len(data_rows):
         cand[data_rows[_eapol_within(data, s[data_rows], end[data_rows])]] = True
-    other = np.isin(lt, [t for t in DOT11_LINKTYPES if t not in (_RAW, _RADIOTAP)])
+    other = np.isin(lt, _OTHER_DOT11)
     return np.flatnonzero(cand | other)
 
 

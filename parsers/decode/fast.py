@@ -11,7 +11,7 @@ import pyarrow as pa
 from parsers.columnar.columns import IP_COLUMNS, MAC_COLUMNS, ColumnBuilder, Projection
 from parsers.columnar.span import KIND_DOT11, Span, concat, handed_on
 from parsers.decode import registry
-from parsers.decode.decrypt import Plain, PlainChunk
+from parsers.decode.decrypt import KEY_KINDS, MIC_TEXTS, Plain, PlainChunk
 from parsers.decode.reference import decode_record
 from parsers.formats.records import RecordChunk
 from parsers.layers.dot11 import decode_plain_body
@@ -171,10 +171,11 @@ def _decrypted_columns(plain: PlainChunk, out: ColumnBuilder) -> None:
     """`_decrypted` over a chunk decrypted by columns: its plaintext is already one buffer with spans."""
     rows = plain.rows
     out.put("wlan_decrypted", rows, plain.decrypted)
-    for name, vals in (("wlan_mic", plain.mic), ("wlan_key", plain.key)):
-        has = np.flatnonzero(vals != None)  # noqa: E711 - an object array, compared element-wise
-        if len(has):
-            out.put_objs(name, rows[has], vals[has].tolist())
+    for name, texts, codes in (("wlan_mic", MIC_TEXTS, plain.mic_code), ("wlan_key", KEY_KINDS, plain.key_code)):
+        if out.wants(name):
+            has = np.flatnonzero(codes >= 0)
+            if len(has):
+                out.put_coded(name, rows[has], list(texts), codes[has])
     done = np.flatnonzero(plain.decrypted)
     if not len(done):
         return

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM
 
+from parsers.columnar import accel
 from parsers.crypto import parse_key
 from parsers.crypto.ccmp import FrameCipher, ccm_open_batch, ccm_prefix, ctr_open, ecb_of
 from parsers.crypto.decrypt import Decryptor
@@ -33,8 +34,18 @@ BCAST = b"\xff" * 6
 
 # -- the columnar functions against the cryptography package -----------------------------------------
 
+@pytest.fixture(params=["compiled", "numpy"])
+def shuffle(request, monkeypatch) -> str:
+    """Run a test with the byte shuffling around the AES in C (parsers/columnar/_walk.c) and in numpy."""
+    if request.param == "compiled" and not accel.AVAILABLE:
+        pytest.skip("parsers.columnar._walk is not built")
+    monkeypatch.setattr(accel, "AVAILABLE", request.param == "compiled")
+    return request.param
+
+
 @pytest.mark.parametrize("tk_len,mic", [(16, 8), (32, 16)])
-def test_ccm_open_batch_equals_aesccm(tk_len, mic):
+@pytest.mark.parametrize("in_place", [False, True])
+def test_ccm_open_batch_equals_aesccm(tk_len, mic, in_place, shuffle):
     rng = random.Random(tk_len)
     tk = rng.randbytes(tk_len)
     aead, ecb = AESCCM(tk, tag_length=mic), ecb_of(tk)
@@ -58,16 +69,28 @@ def test_ccm_open_batch_equals_aesccm(tk_len, mic):
         off += len(pad) + len(ct)
         want.append(None if tampered else pt)
     buf = np.frombuffer(b"".join(parts), np.uint8)     # the last frame ends the buffer: no read past it
-    ok, nb, rows = ccm_open_batch(ecb, mic, buf, ccm_prefix(nonces), aads, np.array(at), np.array(lens))
-    first = np.cumsum(nb) - nb
+    if in_place:    # into a plaintext buffer with a gap of rows before each frame, as batch._verify does
+        nb = (np.array(lens) + 15) // 16
+        first = np.cumsum(nb + 2) - nb      # two rows before each frame's
+        dest = np.full((int(first[-1] + nb[-1]) + 1, 16), 0xEE, np.uint8)
+        ok, _, none = ccm_open_batch(ecb, mic, buf, ccm_prefix(nonces), aads, np.array(at), np.array(lens), dest, first)
+        assert none is None
+        rows = dest
+        untouched = np.concatenate([first - 2, first - 1, [len(dest) - 1]])
+        assert (dest[untouched] == 0xEE).all()      # nothing but the frames' rows is written
+    else:
+        ok, nb, rows = ccm_open_batch(ecb, mic, buf, ccm_prefix(nonces), aads, np.array(at), np.array(lens))
+        first = np.cumsum(nb) - nb
     for i, pt in enumerate(want):
         assert bool(ok[i]) == (pt is not None), i
+        got = rows[first[i]:first[i] + nb[i]].reshape(-1)
         if pt is not None:
-            assert rows[first[i]:first[i] + nb[i]].reshape(-1)[:lens[i]].tobytes() == pt
+            assert got[:lens[i]].tobytes() == pt
+        assert not got[lens[i]:].any()      # the last row is zero past the frame: the CBC-MAC's padding
 
 
 @pytest.mark.parametrize("cipher", ["CCMP-128", "CCMP-256", "GCMP-128", "GCMP-256"])
-def test_ctr_open_equals_per_frame_prefix(cipher):
+def test_ctr_open_equals_per_frame_prefix(cipher, shuffle):
     """A cut frame's captured prefix: the columnar counter mode equals FrameCipher's."""
     rng = random.Random(cipher)
     tk = rng.randbytes(16 if cipher.endswith("128") else 32)
@@ -255,7 +278,7 @@ def _both(path, keys) -> tuple[ChunkDecryptor, Decryptor, list]:
 
 @pytest.mark.parametrize("linktype", [127, 105])
 @pytest.mark.parametrize("with_tk", [False, True])
-def test_columnar_equals_per_frame(tmp_path, monkeypatch, linktype, with_tk):
+def test_columnar_equals_per_frame(tmp_path, monkeypatch, linktype, with_tk, shuffle):
     path = tmp_path / "crafted.pcap"
     tk3 = _craft(path, linktype, seed=linktype)
     keys = [parse_key(f"wpa-pwd:{PASS}:{SSID}")] + ([parse_key("tk:" + tk3.hex())] if with_tk else [])
@@ -309,3 +332,104 @@ def test_a_failing_columnar_run_falls_back_per_frame(tmp_path, monkeypatch):
     summary.pop("keys_derived")
     assert summary == ref.counts.as_dict()
     assert [k.verified for k in new._dec.hs.all] == [k.verified for k in ref.hs.all]
+
+
+@pytest.mark.skipif(not accel.AVAILABLE, reason="parsers.columnar._walk is not built")
+def test_compiled_shuffles_refuse_spans_outside_their_buffers():
+    """The C helpers check every frame's span before writing anything: a bad one raises, dest stays."""
+    buf = np.arange(64, dtype=np.uint8)
+    dest = np.zeros((4, 16), np.uint8)
+    one = np.ones(1, np.int64)
+    stream = bytes(16)
+    with pytest.raises(ValueError):
+        accel.ctr_xor(buf, one, np.array([16]), stream, dest, np.array([4]))        # row 4 of 4
+    with pytest.raises(ValueError):
+        accel.ctr_xor(buf, one, np.array([16]), stream, dest, np.array([-1]))
+    with pytest.raises(ValueError):
+        accel.ctr_xor(buf, one, np.array([17]), stream, dest, np.array([0]))       # 2 rows, 1 in stream
+    with pytest.raises(ValueError):
+        accel.put_headers(buf, np.array([0]), np.array([24]), dest.reshape(-1), np.array([10]))
+    with pytest.raises(ValueError):
+        accel.ctr_blocks(np.zeros((1, 14), np.uint8), 3, one, one)
+    assert not dest.any()
+    # reads past the end of buf are zeros, as rows_at reads them
+    accel.ctr_xor(buf, np.array([56]), np.array([16]), stream, dest, np.array([1]))
+    assert dest[1].tolist() == list(range(56, 64)) + [0] * 8
+    blocks = np.frombuffer(accel.ctr_blocks(np.full((2, 14), 7, np.uint8), 2, np.array([0xFFFF, 3]),
+                                            np.array([2, 1])), np.uint8).reshape(-1, 16)
+    assert blocks[:, 14:].tolist() == [[0xFF, 0xFF], [0, 0], [0, 3]] and (blocks[:, :14] == 7).all()
+
+
+@pytest.mark.skipif(not accel.AVAILABLE, reason="parsers.columnar._walk is not built")
+@pytest.mark.parametrize("seed", range(4))
+def test_compiled_locate_equals_numpy(seed):
+    """The compiled candidates + locate pass gives the numpy functions' rows and spans on hostile records:
+    random radiotap headers (extended bitmaps, TSFT, Flags with and without FCS), protected, EAPOL
+    and other frames, snap-length cuts, records running past the buffer, other link types."""
+    from parsers.formats.records import RecordChunk
+
+    rng = random.Random(seed)
+    parts, offs, caps, wires, lts, at = [], [], [], [], [], 0
+    for i in range(3000):
+        lt = rng.choice([127] * 6 + [105, 105, 119, 163, 1])
+        if lt == 127 and rng.random() < 0.9:
+            words = [rng.choice([0x2, 0x3, 0x6F, 0x80000002, 0x80000003, 0x4000002, rng.getrandbits(32)])]
+            while words[-1] >> 31 and len(words) < rng.choice([2, 5, 14]):
+                words.append(rng.choice([0x80000000, 0, rng.getrandbits(32)]))
+            body = b"".join(w.to_bytes(4, "little") for w in words) + rng.randbytes(rng.randrange(0, 24))
+            body = bytes((rng.choice([0x10, 0, 0x12]),)) * rng.randrange(0, 3) + body
+            it_len = rng.choice([4 + len(body), 4 + len(body), rng.randrange(0, 80)])
+            head = bytes((rng.choice([0, 0, 0, 1]), 0)) + it_len.to_bytes(2, "little") + body
+        else:
+            head = b""
+        fc = bytes((rng.choice([0x08, 0x88, 0x00, 0xD0, 0x04, 0x48]), rng.choice([0x41, 0x42, 0x01, 0x02, 0x03, 0x43])))
+        frame = fc + rng.randbytes(22 + rng.choice([0, 2, 6, 8]))
+        if rng.random() < 0.3:
+            frame += bytes(rng.randrange(0, 20)) + LLC_EAPOL + rng.randbytes(rng.randrange(0, 99))
+        else:
+            frame += rng.randbytes(rng.randrange(0, 200))
+        rec = head + frame + (zlib.crc32(frame).to_bytes(4, "little") if rng.random() < 0.5 else b"")
+        # whole, cut anywhere, or cut at the radio header's end (or an FCS after it)
+        rec = rec[:rng.choice([len(rec)] * 5 + [rng.randrange(0, len(rec) + 1), len(head), len(head) + 4])]
+        parts.append(rec)
+        offs.append(at)
+        caps.append(len(rec))
+        wires.append(len(rec) + rng.choice([0, 0, 0, rng.randrange(1, 2000), -rng.randrange(0, 10)]))
+        lts.append(lt)
+        at += len(rec)
+    caps[-1] += rng.randrange(0, 70)         # the last record claims bytes past the buffer's end
+    n = len(parts)
+    i64 = lambda v: np.array(v, np.int64)   # noqa: E731
+    chunk = RecordChunk(data=np.frombuffer(b"".join(parts), np.uint8), offset=i64(offs), caplen=i64(caps),
+                        wirelen=i64(wires), ts_ns=np.zeros(n, np.int64), linktype=i64(lts),
+                        iface=np.zeros(n, np.int64), frame=np.arange(1, n + 1, dtype=np.int64))
+    rows, where = chunkdec._candidates_located(chunk)
+    want = candidates(chunk)
+    assert where is not None and np.array_equal(rows, want) and len(rows) > n // 4
+    for got, ref in zip(where, chunkdec.locate(chunk, want)):
+        assert np.array_equal(got, ref)
+    assert 0 < where[3].sum() < len(rows)       # both verdicts occur
+
+
+@pytest.mark.skipif(not accel.AVAILABLE, reason="parsers.columnar._walk is not built")
+def test_compiled_protected_fields_equal_numpy(monkeypatch):
+    """Protected's header fields, nonces and first bytes from the compiled pass equal numpy's, on random
+    bytes with every frame control (QoS, four-address, Order, management) and frames near the buffer's end."""
+    from parsers.crypto.batch import Protected
+
+    rng = np.random.default_rng(5)
+    buf = rng.integers(0, 256, 20000, dtype=np.uint8)
+    buf[rng.integers(0, len(buf) - 1, 3000)] = rng.choice([0x88, 0x08, 0xC8, 0x80, 0x00, 0xD0], 3000)
+    s = np.concatenate([rng.integers(0, len(buf), 3000), len(buf) - np.arange(1, 60)])
+    ln = rng.integers(0, 200, len(s))
+    wire = ln + rng.integers(0, 9, len(s))
+    made = {}
+    for compiled in (True, False):
+        monkeypatch.setattr(accel, "AVAILABLE", compiled)
+        made[compiled] = Protected(buf, s, ln, wire, np.arange(len(s)))
+    a, b = made[True], made[False]
+    for name in ("head", "ftype", "sub", "fc1", "hdr", "tid", "kid", "ext_iv", "group", "four", "qos", "nonce",
+                 "prefix", "combo", "combo_first", "body_row", "short", "wep"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+    assert len(np.unique(a.hdr)) >= 5 and a.qos.any() and a.four.any() and a.group.any()

@@ -221,3 +221,27 @@ def test_projected_reads_decrypt_alike():
     for decoder in ("fast", "reference"):
         part = read_capture(CORPUS / INDUCTION, decoder=decoder, columns=cols, keys=[parse_key(KEY)])
         assert part.select(cols).equals(full.select(cols), null_equal=True), decoder
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_no_walk_thread_for_keys_when_the_cpus_are_taken(monkeypatch, taken: bool) -> None:
+    """With keys, a large file is walked by a thread ahead of the decoding only while a core is free;
+    either way the table and the decryption counts are the same."""
+    from parsers.columnar import accel
+    from parsers.decode import ingest
+
+    if not accel.AVAILABLE:
+        pytest.skip("parsers.columnar._walk is not built: no walk thread")
+    made = []
+    real = ingest._Prepared
+    monkeypatch.setattr(ingest, "_Prepared", lambda *a, **k: made.append(1) or real(*a, **k))
+    monkeypatch.setattr(ingest, "_cpus_taken", lambda: taken)
+    monkeypatch.setattr(ingest, "BUSY_CHECK_BYTES", 1)
+    monkeypatch.setattr(ingest, "PREP_MIN_BYTES", 1)
+    path, keys = corpus_file(INDUCTION), [parse_key(f"wpa-pwd:{KEY}")]
+    st = IngestStats()
+    df = read_capture(path, threads=2, keys=keys, stats=st, chunk_bytes=4096)
+    assert made == ([] if taken else [1])
+    one = IngestStats()
+    assert df.equals(read_capture(path, threads=1, keys=keys, stats=one, chunk_bytes=4096), null_equal=True)
+    assert st.decryption == one.decryption and st.decryption["decrypted"] > 0
