@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Whole-pipeline benchmark: read, align, join and every metric table of a bundle, next to tshark.
+"""Whole-pipeline benchmark: read, align, join, every metric table and analyze of a bundle, next to tshark.
 
     python benchmarks/pipeline.py BUNDLE [BUNDLE ...] [--skip-tshark] [--check]
 
@@ -8,7 +8,8 @@ Runs the pipeline as `xlayer metrics` does, in a child process (its peak RSS is 
 `xlayer.metrics.export.write_metrics` writing every metric table to Parquet in a temporary directory,
 module by module: each module computes its tables, they are written, and the caller holds none of
 them (a large bundle's timeline spills finished tables to its temporary Arrow files, as it does the
-packet tables).  For comparison, tshark merely dissects each packet capture of the bundle
+packet tables); then `xlayer.analyze` on the same timeline (drops, causes, evidence: what
+`xlayer analyze` adds; its tables are those already made).  For comparison, tshark merely dissects each packet capture of the bundle
 (`tshark -n -r FILE`, 802.11 FCS checked, output discarded), one file after another.  Prints frames
 per capture, wall times, the ratio, time per frame (air frames + wired packets), per-table time and peak
 RSS so far, and the pipeline's peak RSS against issue 15's goals: tshark's dissection / the whole pipeline
@@ -35,8 +36,9 @@ sys.path.insert(0, REPO)
 
 def child(bundle: str) -> None:
     """Run the pipeline and print one JSON line: rows per table, seconds per stage, peak RSS."""
-    from xlayer.metrics.export import write_metrics
+    from xlayer.attribution.analyze import analyze
     from xlayer.metrics import open_timeline
+    from xlayer.metrics.export import write_metrics
 
     t0 = time.perf_counter()
     tl = open_timeline(bundle, cache=False)   # the whole pipeline each time, nothing kept
@@ -59,9 +61,12 @@ def child(bundle: str) -> None:
     rss_open = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     with tempfile.TemporaryDirectory(prefix="xlayer-bench-") as out:
         man = write_metrics(tl, out, progress=step)
+        step("analyze")
+        incidents = len(analyze(tl).incidents)
         step("")
         parquet_mb = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out)) / 1e6
     rows = {n: t["rows"] for n, t in man["tables"].items()}
+    rows["analyze"] = incidents
     t2 = time.perf_counter()
     # one column suffices to count rows: the whole table would be read into memory for its height
     frames = {e.file: tl.packets(e.file, columns=["frame"]).height for e in tl.entries()}
@@ -86,8 +91,9 @@ def run_one(bundle: str, skip_tshark: bool) -> dict | None:
     print(f"bundle {bundle}: {air:,} air frames, {wired:,} wired packets in {len(res['frames'])} captures")
     for f, n in res["frames"].items():
         print(f"  {f:24s} {res['kinds'][f]:6s} {n:>10,}")
-    print(f"xlayer pipeline (as `xlayer metrics`: read, align, every metric table computed and written to Parquet): "
-          f"{wall:.1f} s wall (read+align {res['read_align_s']:.1f} s, metric tables {res['metrics_s']:.1f} s), "
+    print(f"xlayer pipeline (read, align, every metric table computed and written to Parquet, analyze): "
+          f"{wall:.1f} s wall (read+align {res['read_align_s']:.1f} s, metric tables and analyze "
+          f"{res['metrics_s']:.1f} s), "
           f"peak RSS {res['peak_rss_mb']:.0f} MB; tables written: {res['parquet_mb']:.0f} MB of Parquet")
     frames = air + wired
     print(f"  time per frame (air frames + wired packets): {wall / max(frames, 1) * 1e6:.2f} us; "
@@ -95,7 +101,7 @@ def run_one(bundle: str, skip_tshark: bool) -> dict | None:
     print(f"  peak RSS after reading and aligning: {res['peak_rss_open_mb']:.0f} MB")
     for name, n in res["rows"].items():
         # a module computes all its tables at once: the time shows on its first table, 0 on the others
-        print(f"  {name:18s} {n:>10,} rows  {res['stage_s'].get(name, 0):7.1f} s  "
+        print(f"  {name:18s} {n:>10,} {'incidents' if name == 'analyze' else 'rows':9s} {res['stage_s'].get(name, 0):7.1f} s  "
               f"peak RSS so far {res['peak_rss_after_mb'].get(name, 0):6.0f} MB")
     tsh = tsh_cpu = None
     if not skip_tshark:
