@@ -10,7 +10,7 @@ radiotap rate/MCS/signal/channel/FCS, 802.11 type/retry/addresses/seq/duration, 
 tshark with wlan.check_checksum on, so the FCS is verified). The headline row, `xlayer`, reads the
 same columns (`columns=COLUMNS`: FCS verified, since fcs_bad is among them); `xlayer-all` decodes
 every one of the ~90 schema columns; `xlayer-stream` streams all columns to Parquet in bounded
-memory. The ratio column is the method's frames/s over tshark's; `x tshark CPU` is the same with
+memory (zstd, as `xlayer ingest`; `xlayer-stream-lz4` the same with lz4). The ratio column is the method's frames/s over tshark's; `x tshark CPU` is the same with
 CPU seconds per frame (the method's process, its threads and its children), which a shared
 machine's load disturbs less.
 
@@ -81,6 +81,16 @@ def run_xlayer_stream(path: str, limit: int | None) -> int:
 
     with tempfile.TemporaryDirectory() as d:
         return ingest_to_parquet(path, os.path.join(d, "out.parquet"), progress=False)
+
+
+def run_xlayer_stream_lz4(path: str, limit: int | None) -> int:
+    """run_xlayer_stream with lz4 instead of the default zstd (the codec choice, measured); return rows."""
+    import tempfile
+
+    from xlayer.ingest import ingest_to_parquet
+
+    with tempfile.TemporaryDirectory() as d:
+        return ingest_to_parquet(path, os.path.join(d, "out.parquet"), progress=False, compression="lz4")
 
 
 def run_xlayer_keys(path: str, limit: int | None) -> int:
@@ -189,13 +199,13 @@ def run_scapy(path: str, limit: int | None) -> int:
 
 
 METHODS = {"xlayer": run_xlayer, "xlayer-all": run_xlayer_all, "xlayer-1thread": run_xlayer_1t,
-           "xlayer-stream": run_xlayer_stream, "tshark": run_tshark, "dpkt": run_dpkt, "scapy": run_scapy,
+           "xlayer-stream": run_xlayer_stream, "xlayer-stream-lz4": run_xlayer_stream_lz4, "tshark": run_tshark, "dpkt": run_dpkt, "scapy": run_scapy,
            "xlayer-keys": run_xlayer_keys, "tshark-keys": run_tshark_keys}
 ENCRYPTED_METHODS = ("xlayer-keys", "tshark-keys")
 
 
 _IMPORTS = {"xlayer": ["parsers.decode.ingest"], "xlayer-all": ["parsers.decode.ingest"], "xlayer-1thread": ["parsers.decode.ingest"],
-            "xlayer-stream": ["xlayer.ingest"], "tshark": ["polars", "parsers.tshark"],
+            "xlayer-stream": ["xlayer.ingest"], "xlayer-stream-lz4": ["xlayer.ingest"], "tshark": ["polars", "parsers.tshark"],
             "dpkt": ["dpkt", "polars"], "scapy": ["scapy.all", "polars"],
             "xlayer-keys": ["parsers.decode.ingest"], "tshark-keys": ["polars", "parsers.tshark"]}
 
@@ -313,7 +323,7 @@ def main() -> int:
     # CPU seconds per frame too: on a shared machine a short run's wall time measures the neighbours'
     # bursts more than a 50 s one's does
     base_cpu = ref["cpu_s"] / ref["rows"] if ref.get("rows") and ref.get("cpu_s") else None
-    print(f"\n{'method':<14} {'frames':>9} {'seconds':>8} {'frames/s':>12} {'x tshark':>9} {'peak RSS':>9}"
+    print(f"\n{'method':<17} {'frames':>9} {'seconds':>8} {'frames/s':>12} {'x tshark':>9} {'peak RSS':>9}"
           f" {'CPU s':>7} {'x tshark CPU':>13}")
     for m, r in results.items():
         ratio = f"{r['fps'] / base:8.1f}x" if base else "       -"
@@ -321,7 +331,7 @@ def main() -> int:
         if base_cpu and r["cpu_s"] > 0:
             cpu_ratio = f"{base_cpu / (r['cpu_s'] / r['rows']):12.1f}x"
         note = " (subset)" if m == "scapy" else ""
-        print(f"{m:<14} {r['rows']:>9} {r['seconds']:>8.2f} {r['fps']:>12,.0f} {ratio:>9} "
+        print(f"{m:<17} {r['rows']:>9} {r['seconds']:>8.2f} {r['fps']:>12,.0f} {ratio:>9} "
               f"{r['rss_mb']:>7.0f}MB {r['cpu_s']:>7.2f} {cpu_ratio:>13}{note}")
     if base and a.encrypted and "xlayer-keys" in results:
         x, t = results["xlayer-keys"], results["tshark-keys"]

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import base64
 import os
+import threading
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 
 import polars as pl
 import pyarrow as pa
@@ -23,17 +26,24 @@ def _bar(total: int, enabled: bool, desc: str):
 
 
 # Smaller chunks than read_capture's, decoded one at a time while the one before is compressed and
-# written: a 500 MB capture's conversion stays near 230 MB resident (limit: 256 MB; 16 MB chunks
-# took 5 % less CPU and 250 MB).
-STREAM_CHUNK_BYTES = 12 << 20
+# written. Each chunk has a fixed cost, so the largest that keeps a 500 MB capture's conversion
+# under 256 MB resident (with ARROW_POOL, below). Measured (500 k-frame air capture, load 10-14 on
+# 2 cores, CPU s / peak RSS): 12 MB 1.39 s / 228 MB, 16 MB 1.20-1.34 s / 241 MB, 24 MB 1.16-1.28 s /
+# ~280 MB (pyarrow's mimalloc pool kept: 16 MB 250 MB).
+STREAM_CHUNK_BYTES = 16 << 20
 # Dictionary pages only for the string columns (addresses, layouts, reasons: few distinct values).
 # Measured on the 500 k-frame air capture (CPU seconds of all the writes / file size), zstd:
 # dictionary on every column 0.64 s / 9.4 MB, on the string columns only 0.50 s / 6.5 MB, on none
 # 0.50 s / 6.7 MB. Codecs, string dictionaries only: lz4 0.40 s / 11.4 MB, snappy 0.42 s / 14.7 MB,
 # none 0.43 s / 98 MB, zstd 0.50 s / 6.5 MB. The whole conversion took 1.69 s of CPU with zstd
 # against 1.56 s with lz4 (wall time within the noise of a shared machine): zstd, the smallest file,
-# which every Parquet reader knows (the guide says zstd).
+# which every Parquet reader knows (the guide says zstd). Measured again with 16 MB chunks (writes
+# only): zstd 0.39-0.42 s / 6.4 MB, lz4 0.30 s / 11.5 MB, none 0.32 s / 103 MB; data page v2 0.36 s /
+# 7.4 MB; larger write batches or data pages, none saved. The whole conversion (benchmarks/ingest.py,
+# same run): zstd 1.31 s CPU, lz4 1.24 s; the writes overlap the decoding (91-99 % of their time),
+# so the wall time is the decoding's. zstd stays the default; `compression` chooses another.
 COMPRESSION = "zstd"
+COMPRESSIONS = ("zstd", "lz4", "snappy", "none")
 DICTIONARY_COLUMNS = [name for name, dtype in SCHEMA.items() if dtype == pl.Utf8]
 # Row-group statistics (min/max) only where they can skip row groups: the columns that grow with
 # the file. Those of the other columns took 0.07 s of the 0.52 s of writing, and every row group
@@ -41,14 +51,59 @@ DICTIONARY_COLUMNS = [name for name, dtype in SCHEMA.items() if dtype == pl.Utf8
 STATISTICS_COLUMNS = ["frame", "ts_ns"]
 
 
+def _system_pool() -> pa.MemoryPool | None:
+    """Return the Arrow memory pool ingest decodes with: the C library's allocator (None if absent)."""
+    try:
+        return pa.system_memory_pool()
+    except (AttributeError, NotImplementedError):
+        return None
+
+
+# pyarrow's default pool (mimalloc) holds its own pages in each thread that allocates (the walk,
+# decoding and writer threads): ~10 MB more resident at the same chunk size than malloc's, at no
+# measurable CPU cost. The default pool while ingest runs; the previous one again after.
+ARROW_POOL = _system_pool()
+_pool_lock = threading.Lock()
+_pool_users = 0                         # ingests running (in any thread of this process)
+_pool_before: pa.MemoryPool | None = None
+
+
+@contextmanager
+def _ingest_pool() -> Iterator[None]:
+    """Make ARROW_POOL the default pool while any ingest runs; the first one in sets it, the last
+    one out puts the previous pool back."""
+    global _pool_users, _pool_before
+    if ARROW_POOL is None:
+        yield
+        return
+    with _pool_lock:
+        if _pool_users == 0:
+            _pool_before = pa.default_memory_pool()
+            pa.set_memory_pool(ARROW_POOL)
+        _pool_users += 1
+    try:
+        yield
+    finally:
+        with _pool_lock:
+            _pool_users -= 1
+            if _pool_users == 0 and _pool_before is not None:
+                pa.set_memory_pool(_pool_before)
+                _pool_before = None
+
+
 def ingest_to_parquet(path: str | os.PathLike, output: str | os.PathLike, decoder: str = "fast",
-                      stats: IngestStats | None = None, progress: bool = True, keys=None) -> int:
+                      stats: IngestStats | None = None, progress: bool = True, keys=None,
+                      compression: str = COMPRESSION) -> int:
     """Write a capture's packet table to Parquet; return the number of rows written.
 
     Interrupted (KeyboardInterrupt or any BaseException), the rows written so far are closed into a
     valid Parquet file before the exception goes on. On a write error (disk full), no file is left.
     `keys` (parsers.crypto keys) decrypt protected 802.11 frames (not with the tshark decoder).
+    `compression` is one of COMPRESSIONS (zstd: the smallest file; lz4 costs ~0.1 s less CPU per
+    500 k frames for a file ~1.8 times larger).
     """
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
     stats = stats if stats is not None else IngestStats()
     output = os.fspath(output)
     if decoder == "tshark":
@@ -56,8 +111,15 @@ def ingest_to_parquet(path: str | os.PathLike, output: str | os.PathLike, decode
 
         df = tshark_table(path)
         stats.records = stats.decoded = df.height
-        df.write_parquet(output)
+        df.write_parquet(output, compression=_polars_codec(compression))
         return df.height
+    with _ingest_pool():
+        return _stream(path, output, decoder, stats, progress, keys, compression)
+
+
+def _stream(path: str | os.PathLike, output: str, decoder: str, stats: IngestStats, progress: bool,
+            keys, compression: str) -> int:
+    """Return the rows written: ingest_to_parquet's fast and reference decoders."""
     size = os.path.getsize(path)
     writer = None
     rows = 0
@@ -75,7 +137,7 @@ def ingest_to_parquet(path: str | os.PathLike, output: str | os.PathLike, decode
                                   keys=keys):
                 with deferred():    # the writer is made and handed whole tables, never cut halfway
                     if writer is None:
-                        writer = _writer(output, df)
+                        writer = _writer(output, df, compression)
                     if pending is not None:
                         pending.result()
                     pending = pool.submit(_write, writer, df)
@@ -86,7 +148,7 @@ def ingest_to_parquet(path: str | os.PathLike, output: str | os.PathLike, decode
         if writer is None:
             from parsers.schema import empty_frame
 
-            empty_frame().write_parquet(output)
+            empty_frame().write_parquet(output, compression=_polars_codec(compression))
     except OSError:
         _settle(pending)
         if writer is not None:
@@ -107,6 +169,11 @@ def ingest_to_parquet(path: str | os.PathLike, output: str | os.PathLike, decode
     return rows
 
 
+def _polars_codec(compression: str) -> str:
+    """Return polars' name for a codec of COMPRESSIONS."""
+    return "uncompressed" if compression == "none" else compression
+
+
 def _threads() -> int:
     # With the compiled walk, two: large files get the walk thread (one decoding thread still).
     # Without it, one: two pure-Python decoding threads would hold twice the chunks in memory.
@@ -124,12 +191,12 @@ def _arrow(df: pl.DataFrame) -> pa.Table:
     return df.to_arrow(compat_level=pl.CompatLevel.newest()) if _VIEWS else df.to_arrow()
 
 
-def _writer(output: str, df: pl.DataFrame) -> pq.ParquetWriter:
-    """Return a Parquet writer for tables shaped as df (zstd; dictionary pages for strings only,
+def _writer(output: str, df: pl.DataFrame, compression: str = COMPRESSION) -> pq.ParquetWriter:
+    """Return a Parquet writer for tables shaped as df (dictionary pages for strings only,
     statistics for frame and ts_ns only)."""
     plain = df.head(0).to_arrow().schema
     schema = _arrow(df.head(0)).schema
-    writer = pq.ParquetWriter(output, schema, compression=COMPRESSION,
+    writer = pq.ParquetWriter(output, schema, compression=compression,
                               use_dictionary=[c for c in DICTIONARY_COLUMNS if c in schema.names],
                               write_statistics=[c for c in STATISTICS_COLUMNS if c in schema.names],
                               store_schema=not _VIEWS)
