@@ -41,7 +41,7 @@ from xlayer.attribution.drops import (
 )
 from xlayer.attribution.incidents import Analysis, CauseFinding, Incident
 from xlayer.metrics import open_timeline
-from xlayer.metrics.join import match_notes
+from xlayer.metrics.join import match_notes, stand_in_notes
 from xlayer.text import iso_ns
 from xlayer.timeline import Timeline
 from xlayer.timeline.open import read_notes
@@ -226,7 +226,7 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
     incidents.sort(key=lambda i: (-i.confidence, i.start_ns))
     return Analysis(incidents, _flow_summary(ctx, chosen, g), tl.alignment.as_json(), dict(tl.bundle.tags),
                     [f"{f}: {err}" for f, err in tl.errors.items()] + read_notes(tl) + capture_loss_notes(tl)
-                    + match_notes(tl) + flow_notes(tl, chosen, cfg) + shared, left_out(tl.table("flows"), cfg).to_dicts())
+                    + match_notes(tl) + stand_in_notes(tl) + flow_notes(tl, chosen, cfg) + shared, left_out(tl.table("flows"), cfg).to_dicts())
 
 
 CAPTURE_LOSS_NOTE = 0.01   # a sniffer that missed this share of MPDUs is said: its counts are short

@@ -4,6 +4,13 @@ Inputs (from the timeline, all on the reference clock): the AP's wired capture(s
 vantage ``ap_wired`` or any vantage starting with ``ap``), every air capture, and any other wired
 capture that turns out to sit downstream of the AP (a station's own capture).
 
+**No capture of the AP's wired side.** A wired capture upstream of the air stands in for it: of those
+whose packets to the stations mostly reach the air after them (a server's; a station's own capture
+holds its copies after the air), the one the air shows most (`upstream_stand_in`).  Its downlink stamps
+move later by the least delay from it to the air, its uplink stamps earlier by the least delay from the
+air to it: the path's own delay, so that what a packet waited beyond it, and a loss on the path, count
+as the AP's.  `stand_in_notes` says which capture stood in and by how much.
+
 **Stations.** An 802.11 address that is the RA of a From-DS data frame or the TA of a To-DS data
 frame; its IP address(es) come from the unencrypted data frames (RA/DA and ``ip_dst`` downlink,
 TA/SA and ``ip_src`` uplink).  Downlink packets are the AP-side wired packets to a station's IP,
@@ -585,6 +592,36 @@ def _compact_air(a: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
 def _ap_files(tl: Timeline) -> list[str]:
     """Return the AP's wired captures: vantage ap_wired, or any wired vantage starting with 'ap'."""
     return [e.file for e in tl.entries("wired") if e.vantage == "ap_wired" or e.vantage.lower().startswith("ap")]
+
+
+# With no capture of the AP's wired side, a wired capture stands in for it when most of its packets to
+# the stations reach the air after it: a host upstream of the AP (the server).
+UPSTREAM_MIN_SHARE = 0.5
+
+
+def upstream_stand_in(tl: Timeline, ip_sta: pl.DataFrame, airs: list[tuple[str, dict]]) -> tuple[str | None, int, int]:
+    """Return (the wired capture that stands in for the AP's wired side, the least delay from it to the air
+    and from the air to it, ns), or (None, 0, 0): of the captures upstream of the AP, the one whose
+    packets to and from the stations the air shows most."""
+    best: tuple[int, str, int, int] | None = None
+    for e in tl.entries("wired"):
+        w = _wired_ip(tl.packets(e.file, columns=_WIRED)).with_row_index("_w")
+        dw = w.join(ip_sta.rename({"ip": "ip_dst"}), on="ip_dst", how="inner")
+        uw = w.join(ip_sta.rename({"ip": "ip_src"}), on="ip_src", how="inner")
+        if dw.height == 0:
+            continue
+        lead = pl.concat([downlink_one(dw, a)[0].select((pl.col("_start") - pl.col("ts_ns")).alias("d"))
+                          for _, a in airs]).get_column("d").drop_nulls()
+        # a station's own capture holds its copies after the air (a negative lead): downstream
+        if lead.len() < UPSTREAM_MIN_SHARE * dw.height or float(lead.median()) <= 0:
+            continue
+        lag = (pl.concat([uplink_one(uw, a)[0].select((pl.col("ts_ns") - pl.col("last_air_ts_ns")).alias("d"))
+                          for _, a in airs]).get_column("d").drop_nulls() if uw.height else pl.Series("d", [], pl.Int64))
+        lag = lag.filter(lag > 0)
+        cand = (lead.len(), e.file, int(lead.min()), int(lag.min()) if lag.len() else int(lead.min()))
+        if best is None or cand[0] > best[0]:
+            best = cand
+    return (None, 0, 0) if best is None else best[1:]
 
 
 def _wired_ip(df: pl.DataFrame) -> pl.DataFrame:
@@ -1298,11 +1335,14 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
         airs.append((e.file, _compact_air(a)))
         del a
     loss = pl.concat([a["loss"] for _, a in airs], how="vertical_relaxed") if airs else None
-    ap = _ap_files(tl)
     stations = (pl.concat([a["stations"] for _, a in airs]).unique() if airs
                 else pl.DataFrame(schema={"station": pl.Utf8, "ip": pl.Utf8}))
     # an IP seen behind two addresses (a station that reassociated with a new MAC...): keep the first
     ip_sta = stations.unique("ip", keep="first", maintain_order=True)
+    ap = _ap_files(tl)
+    stand_in, down_lead, up_lag = (None, 0, 0) if ap or not airs else upstream_stand_in(tl, ip_sta, airs)
+    if stand_in is not None:
+        ap = [stand_in]
     wired = (pl.concat([_wired_ip(tl.packets(f, columns=_WIRED)) for f in ap], how="diagonal_relaxed") if ap
              else _wired_ip(pl.DataFrame(schema={"capture_file": pl.Utf8, "frame": pl.Int64, "ts_ns": pl.Int64})))
     wired = wired.with_row_index("_w")
@@ -1320,6 +1360,11 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
         down_w.select("_w"), on="_w", how="anti")
     # the addresses served to find the station: the rest reads neither, nor more of `wired` than this
     down_w, up_w = down_w.drop("ip_src", "ip_dst"), up_w.drop("ip_src", "ip_dst")
+    if stand_in is not None:
+        # its stamps taken to the AP: later by the least delay to the air, earlier by the least from it
+        # (the path's own delay; what a packet waited beyond it counts as the AP's)
+        down_w = down_w.with_columns(pl.col("ts_ns") + down_lead)
+        up_w = up_w.with_columns(pl.col("ts_ns") - up_lag)
     w_end = int(wired["ts_ns"].max()) if wired.height else None
     w_start = int(wired["ts_ns"].min()) if wired.height else None
     wired = wired.select("_w", "capture_file", "frame")
@@ -1436,6 +1481,29 @@ def match_notes(tl: Timeline) -> list[str]:
             f"to their MPDUs by size, order and time ({counts['size_order']:,} size_order, {counts['ambiguous']:,} "
             f"ambiguous: equal-length packets dropped beside them could be the one; the match column and "
             f"match_confidence of the downlink and uplink tables say which)"]
+
+
+def stand_in_notes(tl: Timeline) -> list[str]:
+    """Return one line naming the capture that stood in for the AP's wired side (none captured), or none."""
+    if _ap_files(tl) or not tl.entries("air"):
+        return []
+    moved = {}
+    for name in ("downlink", "uplink"):
+        t = tl.table(name).filter(pl.col("capture_file").is_not_null()).head(1)
+        if t.height:
+            f, frame, ts = t.row(0)[t.columns.index("capture_file")], t["frame"][0], t["ts_ns"][0]
+            own = tl.packets(f, columns=["frame", "ts_ns"]).filter(pl.col("frame") == frame)["ts_ns"]
+            if own.len():
+                moved[name] = (f, int(ts) - int(own[0]))
+    if not moved:
+        return []
+    f = next(iter(moved.values()))[0]
+    how = ", ".join(f"{name} packets {'later' if ns >= 0 else 'earlier'} by "
+                    + (f"{abs(ns) / 1e6:.3f} ms" if abs(ns) >= 1_000_000 else f"{abs(ns) / 1e3:.1f} us")
+                    for name, (_, ns) in moved.items())
+    return [f"no capture of the AP's wired side: {f} stands in for it, its stamps taken to the AP by the path's "
+            f"least delay ({how}); a packet lost on that path counts as dropped at the AP, and its waits beyond "
+            f"that least delay as the AP's"]
 
 
 def build(tl: Timeline) -> dict[str, pl.DataFrame]:
