@@ -23,6 +23,14 @@ from xlayer.testbeds.sim.scenarios import FILES, Scenario, check_ssid, get_scena
 # The files of a simulated bundle, by vantage ("tcp": the server's TCP state samples).
 PART = ".part"
 CHILD_TIMEOUT_S = 600
+# ns-3's cost grows with the simulated time and the stations sending: a long run of several busy
+# stations on a loaded machine takes well over the fixed guard; the guard is against a hang.
+CHILD_TIMEOUT_PER_STATION_S = 20.0
+
+
+def child_timeout(sc: Scenario) -> float:
+    """Return how long (s) the ns-3 child of scenario `sc` may run before it is taken for hung."""
+    return CHILD_TIMEOUT_S + CHILD_TIMEOUT_PER_STATION_S * sc.seconds * max(1, len(sc.stations))
 
 
 class SimError(Exception):
@@ -122,7 +130,7 @@ def run_scenario(name: str, outdir: str | os.PathLike, *, seed: int = 1, seconds
            "clocks": _native_clocks(cl, seed), "files": {k: v + PART for k, v in FILES.items()}}
     t0 = time.monotonic()
     log(f"simulating {sc.name} ({sc.seconds:g} s, seed {seed})")
-    result = run_child(job, work, log)
+    result = run_child(job, work, log, timeout=child_timeout(sc))
     encrypted = None if passphrase is None else _encrypt_air(work, sc, seed, passphrase, log)
     summaries = {}
     for vantage, fname in FILES.items():
