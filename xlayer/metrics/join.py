@@ -594,9 +594,10 @@ def _ap_files(tl: Timeline) -> list[str]:
     return [e.file for e in tl.entries("wired") if e.vantage == "ap_wired" or e.vantage.lower().startswith("ap")]
 
 
-# With no capture of the AP's wired side, a wired capture stands in for it when most of its packets to
-# the stations reach the air after it: a host upstream of the AP (the server).
-UPSTREAM_MIN_SHARE = 0.5
+# With no capture of the AP's wired side, a wired capture stands in for it when its packets to the
+# stations reach the air after it: a host upstream of the AP (the server).  A share this small suffices:
+# where the AP's queue overflows, most packets never reach the air at all.
+UPSTREAM_MIN_SHARE = 0.1
 
 
 def upstream_stand_in(tl: Timeline, ip_sta: pl.DataFrame, airs: list[tuple[str, dict]]) -> tuple[str | None, int, int]:
