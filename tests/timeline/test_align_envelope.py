@@ -299,3 +299,48 @@ def test_packets_left_on_the_wrong_side_widen_the_uncertainty(seed: int) -> None
     assert any("wrong side of the line" in n for n in fit.notes), fit.notes
     assert not any("wrong side of the line" in n for n in clean.notes), clean.notes
     assert fit.uncertainty_ns >= clean.uncertainty_ns + 200e3, (fit.uncertainty_ns, clean.uncertainty_ns)
+
+
+def _kernel_stamps(t_ns: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Return stamps of events at t_ns as a host takes them: jitter N(0, 20 us) cut at 60 us, never
+    earlier than the stamp before."""
+    return np.maximum.accumulate(t_ns + np.clip(rng.normal(0, 20e3, len(t_ns)), -60e3, 60e3))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_back_to_back_packets_with_clamped_stamps(seed: int) -> None:
+    """Packets 3 us apart (a fast wired link) stamped by two hosts whose stamps never go backwards: most
+    consecutive stamps repeat the one before, so first differences show no jitter at all.  Measured
+    between packets a millisecond apart, the jitter is the stamps' (about 28 us for the pair), the
+    floor's band holds the floor, and the skew is right (a band of zero width gave 12-33 ppm)."""
+    rng = np.random.default_rng(seed)
+    n, skew = 40_000, 13.4e-6
+    tf = np.cumsum(np.where(rng.random(n) < 0.02, rng.uniform(1e5, 2e6, n), 3_000.0))
+    tr = np.sort(rng.uniform(0, tf[-1], n // 2))
+    send_a, recv_b = _kernel_stamps(tf, rng), _kernel_stamps((tf + 11e3) * (1 + skew) + 2e9, rng)
+    send_b, recv_a = _kernel_stamps(tr * (1 + skew) + 2e9, rng), _kernel_stamps(tr + 11e3, rng)
+    x0 = send_a.mean()
+    xf, yf, xr, yr = send_a - x0, recv_b - send_a, recv_a - x0, send_b - recv_a
+    assert np.median(np.abs(np.diff(yf))) == 0.0          # what first differences would have seen
+    assert 15e3 <= fitm.jitter_sigma(xf, yf) <= 40e3
+    fit = fitm.two_way(xf, yf, xr, yr)
+    assert abs(fit.s - skew) * 1e6 <= MAX_SKEW_ERR_PPM, (fit.s * 1e6, fit)
+
+
+@pytest.mark.parametrize("seed", range(60, 64))
+def test_skew_from_the_clean_direction_out_of_the_air(seed: int) -> None:
+    """Into the air a packet waits for its backoff (0-15 slots of 9 us) and, more often as the run goes on,
+    for frames it froze behind (50-300 us): a floor band holds part of that mix and tilted by 5-9 ppm.
+    Out of the air (prefer="reverse") the delay is clean: it gives the skew."""
+    rng = np.random.default_rng(seed)
+    skew, span = SKEWS[seed % 4] * 1e-6, 4 * NS
+    xf = np.sort(rng.uniform(-span / 2, span / 2, 1500))
+    xr = np.sort(rng.uniform(-span / 2, span / 2, 600))
+    frac = (xf + span / 2) / span
+    back = rng.integers(0, 16, len(xf)) * 9e3
+    frozen = np.where(rng.random(len(xf)) < 0.2 + 0.6 * frac, rng.uniform(50e3, 300e3, len(xf)), 0.0)
+    queue = np.where(rng.random(len(xf)) < 0.3, rng.uniform(0.3e6, 3e6, len(xf)), 0.0)
+    yf = 7e8 + skew * xf + 34e3 + back + frozen + queue + rng.normal(0, 20e3, len(xf))
+    yr = 7e8 + skew * xr - 5e3 + rng.normal(0, 20e3, len(xr))
+    fit = fitm.two_way(xf, yf, xr, yr, prefer="reverse")
+    assert abs(fit.s - skew) * 1e6 <= MAX_SKEW_ERR_PPM, (fit.s * 1e6, skew * 1e6, fit)

@@ -23,9 +23,12 @@ points within a band about that line are fitted by least squares (band re-centre
 queued packets, however many and however long they waited, never enter it.  A floor touched in at
 least MIN_COVERAGE of the windows holding points (two windows at least) is *credible*.
 
-The jitter.  The band's width comes from the jitter measured on first differences (capped at
-JITTER_CAP_NS: differences of queued delays measure the queue, not the stamps), then from the
-scatter of a credible floor itself.  A floor's level is read at the band's ENVELOPE_QUANTILE and
+The jitter.  The band's width comes from the jitter measured on differences between points at least
+JITTER_LAG_NS apart (capped at JITTER_CAP_NS: differences of queued delays measure the queue, not the
+stamps; packets closer together than the stamping noise share it, a kernel never stamping one before
+the one it took earlier), then from the scatter of a credible floor itself, the cleaner of the two
+(both directions carry the same two clocks' stamps: a floor scattered WIDER_FLOOR times more holds
+packets that waited).  A floor's level is read at the band's ENVELOPE_QUANTILE and
 moved up by that quantile of the jitter: packets that met a short queue sit in the band's upper
 half only.
 
@@ -39,7 +42,9 @@ theta from the two floors (`two_way`):
   direction's lowest points (a bound, less the jitter), not of a level that may be a sojourn away.
 * `prefer` names a direction whose floor is ~0 (a frame's end at a sniffer to a host's stamp: no
   medium access, no airtime in between); if its floor is credible it gives theta alone, within
-  ONE_SIDED_NS, where the other direction's floor holds the medium access and would bias a midpoint.
+  ONE_SIDED_NS, where the other direction's floor holds the medium access and would bias a midpoint,
+  and the skew alone: into the air a packet waits for its backoff, the frames it froze behind and its
+  aggregate, a mix that changes with the load and tilts that floor.
 * neither credible: the midpoint, "poor".
 
 Every fit reports an uncertainty (ns: the part above, plus the scatter of the envelope levels used
@@ -64,6 +69,13 @@ MAX_SKEW = 200e-6
 # Largest stamp jitter assumed for the floor's band (ns): first differences of delays that queue
 # vary by the queue's service times, not by the stamps' jitter, and would widen the band to the queue.
 JITTER_CAP_NS = 50_000.0
+# The floor's band is at most this many jitter scales wide a side (the scale measured between
+# packets far enough apart: see jitter_sigma).
+BAND_SIGMAS = 2.0
+# A floor scattered this many times more than the other direction's holds queued packets.
+WIDER_FLOOR = 1.5
+# Points this far apart have independent stamping noise (beyond an interrupt's batch of packets).
+JITTER_LAG_NS = 1_000_000
 
 
 @dataclass
@@ -150,10 +162,21 @@ def bin_minima(x: np.ndarray, y: np.ndarray, nbins: int = HULL_BINS) -> tuple[np
 
 
 def jitter_sigma(x: np.ndarray, y: np.ndarray) -> float:
-    """Return a robust scale (ns) of point-to-point noise: MAD of first differences in time order."""
+    """Return a robust scale (ns) of point-to-point noise: MAD of the differences between each point and
+    the first one at least JITTER_LAG_NS later, in time order."""
     if len(x) < 3:
         return math.inf
-    d = np.diff(y) if _is_sorted(x) else np.diff(y[np.argsort(x, kind="stable")])
+    if not _is_sorted(x):
+        o = np.argsort(x, kind="stable")
+        x, y = x[o], y[o]
+    # Stamps of packets closer together than the stamping noise are not independent: a kernel never
+    # stamps a packet before the one it took earlier, and one interrupt stamps a batch alike.  Their
+    # first differences would show a fraction of the noise (2 us for 20 us stamps 12 us apart).
+    j = np.searchsorted(x, x + JITTER_LAG_NS, side="left")
+    ok = j < len(x)
+    if ok.sum() < 2:
+        j, ok = np.arange(1, len(x) + 1), np.arange(len(x)) < len(x) - 1
+    d = y[j[ok]] - y[ok]
     return float(1.4826 * np.median(np.abs(d)) / math.sqrt(2.0))
 
 
@@ -273,7 +296,7 @@ def floor_fit(x: np.ndarray, y: np.ndarray, sigma: float) -> Floor:
     line, s_ls, var = _ls(x[kept], y[kept])
     for _ in range(4):
         r = y - line(x)
-        rs = max(min(s_ls, 2 * sig), SIGMA_FLOOR_NS / 2)
+        rs = max(min(s_ls, BAND_SIGMAS * sig), SIGMA_FLOOR_NS / 2)
         new = (r <= 3.0 * rs) & (r >= -4.0 * rs)
         if new.sum() < 2:
             break
@@ -405,13 +428,22 @@ def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig
     fr = floor_fit(xr, -yr, sig)              # the reverse upper envelope, mirrored
     # The scatter of a credible floor is the stamps' jitter itself: a narrower band, refitted.
     floor_sig = min([f.sigma for f in (ff, fr) if f.credible] or [math.inf])
-    if floor_sig < 0.8 * max(sig, SIGMA_FLOOR_NS):
+    # Both floors carry the same two clocks' stamps, so the same jitter: one scattered well beyond the
+    # other's holds packets that waited (a short wait for an aggregate's turn is tens of us).
+    wide = max([f.sigma for f in (ff, fr) if f.credible] or [0.0]) > WIDER_FLOOR * floor_sig
+    if floor_sig < 0.8 * max(sig, SIGMA_FLOOR_NS) or wide:
         ff = floor_fit(xf, yf, floor_sig)
         fr = floor_fit(xr, -yr, floor_sig)
         sig = floor_sig
     cf, cr = ff.credible, fr.credible
     # A floor that is not credible may be a queue's slowly moving minimum: it gives no skew.
-    b, se = _slope([(f, sg) for f, sg, ok in ((ff, 1.0, cf), (fr, -1.0, cr)) if ok or cf == cr])
+    floors = [(f, sg, d) for f, sg, ok, d in ((ff, 1.0, cf, "forward"), (fr, -1.0, cr, "reverse")) if ok or cf == cr]
+    # Out of the air the delay is the same every time; into it, a packet waits for its backoff, for the
+    # frames it froze behind and for its aggregate, a mix that changes with the load along the capture
+    # and tilts that floor by ppm.  The clean direction's floor, when credible, gives the skew alone.
+    if prefer in ("forward", "reverse") and {"forward": cf, "reverse": cr}[prefer]:
+        floors = [x for x in floors if x[2] == prefer]
+    b, se = _slope([(f, sg) for f, sg, _ in floors])
     offset_only = se > MAX_SLOPE_SE
     if offset_only:
         b = 0.0
