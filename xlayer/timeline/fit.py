@@ -26,9 +26,7 @@ least MIN_COVERAGE of the windows holding points (two windows at least) is *cred
 The jitter.  The band's width comes from the jitter measured on differences between points at least
 JITTER_LAG_NS apart (capped at JITTER_CAP_NS: differences of queued delays measure the queue, not the
 stamps; packets closer together than the stamping noise share it, a kernel never stamping one before
-the one it took earlier), then from the scatter of a credible floor itself, the cleaner of the two
-(both directions carry the same two clocks' stamps: a floor scattered WIDER_FLOOR times more holds
-packets that waited).  A floor's level is read at the band's ENVELOPE_QUANTILE and
+the one it took earlier), then from the scatter of a credible floor itself.  A floor's level is read at the band's ENVELOPE_QUANTILE and
 moved up by that quantile of the jitter: packets that met a short queue sit in the band's upper
 half only.
 
@@ -72,8 +70,6 @@ JITTER_CAP_NS = 50_000.0
 # The floor's band is at most this many jitter scales wide a side (the scale measured between
 # packets far enough apart: see jitter_sigma).
 BAND_SIGMAS = 2.0
-# A floor scattered this many times more than the other direction's holds queued packets.
-WIDER_FLOOR = 1.5
 # Points this far apart have independent stamping noise (beyond an interrupt's batch of packets).
 JITTER_LAG_NS = 1_000_000
 
@@ -428,10 +424,7 @@ def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig
     fr = floor_fit(xr, -yr, sig)              # the reverse upper envelope, mirrored
     # The scatter of a credible floor is the stamps' jitter itself: a narrower band, refitted.
     floor_sig = min([f.sigma for f in (ff, fr) if f.credible] or [math.inf])
-    # Both floors carry the same two clocks' stamps, so the same jitter: one scattered well beyond the
-    # other's holds packets that waited (a short wait for an aggregate's turn is tens of us).
-    wide = max([f.sigma for f in (ff, fr) if f.credible] or [0.0]) > WIDER_FLOOR * floor_sig
-    if floor_sig < 0.8 * max(sig, SIGMA_FLOOR_NS) or wide:
+    if floor_sig < 0.8 * max(sig, SIGMA_FLOOR_NS):
         ff = floor_fit(xf, yf, floor_sig)
         fr = floor_fit(xr, -yr, floor_sig)
         sig = floor_sig
