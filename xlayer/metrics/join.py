@@ -142,7 +142,7 @@ _C = Column
 def _packet_columns(direction: str) -> tuple[Column, ...]:
     down = direction == "down"
     return (
-        _C("capture_file", pl.Utf8, "", "the AP's wired capture holding the packet (null: seen on the air only)"),
+        _C("capture_file", pl.Utf8, "", "the AP's wired capture holding the packet, or the one standing in for it (null: seen on the air only)"),
         _C("frame", pl.Int64, "", "frame number in that capture"),
         _C("ts_ns", pl.Int64, "ns", "wired stamp, reference clock" + (" (arrival at the AP)" if down else
                                                                      " (forwarded by the AP)")),
