@@ -22,8 +22,8 @@ import os as _os
 
 # polars' allocator keeps freed pages for 10 s by default: on captures larger than memory that
 # idle memory doubles the peak.  Returned at once, though, every page of a table freed and made again
-# a moment later faults back in: the whole pipeline on a 1 M-frame bundle took 110 s of CPU with no
-# delay, 78 s with 300 ms, 74 s with 1 s; its peak RSS 1214, 1221 and 1256 MB (only if polars is not
+# a moment later faults back in: the whole pipeline with analyze on a 1.05 M-frame bundle took 84.6 s
+# of CPU and peaked at 1165 MB with no delay, 56.6 s and 1425 MB with 300 ms (only if polars is not
 # loaded yet, and a value the user set wins).
 _os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:300,muzzy_decay_ms:300")
 
