@@ -239,6 +239,7 @@ def _wifi_helpers(ns, sc: dict, chan) -> tuple:
     phy.SetChannel(chan)
     phy.Set("ChannelSettings", ns.StringValue(CHANNEL[std]))
     wifi = ns.WifiHelper()
+    # ac/ax: A-MPDU (BE_MaxAmpduSize) and Block Ack stay ns-3's defaults, as for n.
     wifi.SetStandard({"g": ns.WIFI_STANDARD_80211g, "n": ns.WIFI_STANDARD_80211n,
                       "ac": ns.WIFI_STANDARD_80211ac, "ax": ns.WIFI_STANDARD_80211ax}[std])
     wifi.SetRemoteStationManager({"minstrel": "ns3::MinstrelWifiManager",
@@ -246,7 +247,9 @@ def _wifi_helpers(ns, sc: dict, chan) -> tuple:
                                   "ideal": "ns3::IdealWifiManager",
                                   "constant": "ns3::ConstantRateWifiManager"}[sc["rate_manager"]])
     if std != "g":
+        # HT and VHT short GI (HE's GI is HeConfiguration's: ns-3's default 3.2 us)
         wifi.ConfigHtOptions("ShortGuardIntervalSupported", ns.BooleanValue(True))
+    # No traffic-control queue above the Wi-Fi device: the AP's WifiMacQueue is the AP queue.
     wifi.DisableFlowControl()
     return phy, wifi
 
@@ -473,7 +476,6 @@ def simulate(job: dict) -> dict:
 
     # --- wireless ---
     std = sc["standard"]
-    g = std == "g"
     channel = ns.YansWifiChannelHelper()
     channel.SetPropagationDelay("ns3::ConstantSpeedPropagationDelayModel")
     # Free-space loss at 1 m: 40.05 dB at 2.412 GHz, 46.68 dB at 5.18 GHz; log-distance beyond.
@@ -483,24 +485,9 @@ def simulate(job: dict) -> dict:
     if sc["fading_m"] > 0:
         m = ns.DoubleValue(sc["fading_m"])
         channel.AddPropagationLoss("ns3::NakagamiPropagationLossModel", "m0", m, "m1", m, "m2", m)
-    phy = ns.YansWifiPhyHelper()
     chan = channel.Create()
     keep.append(chan)
-    phy.SetChannel(chan)
-    phy.Set("ChannelSettings", ns.StringValue(CHANNEL[std]))
-    wifi = ns.WifiHelper()
-    # ac/ax: A-MPDU (BE_MaxAmpduSize) and Block Ack stay ns-3's defaults, as for n.
-    wifi.SetStandard({"g": ns.WIFI_STANDARD_80211g, "n": ns.WIFI_STANDARD_80211n,
-                      "ac": ns.WIFI_STANDARD_80211ac, "ax": ns.WIFI_STANDARD_80211ax}[std])
-    wifi.SetRemoteStationManager({"minstrel": "ns3::MinstrelWifiManager",
-                                  "minstrel_ht": "ns3::MinstrelHtWifiManager",
-                                  "ideal": "ns3::IdealWifiManager",
-                                  "constant": "ns3::ConstantRateWifiManager"}[sc["rate_manager"]])
-    if not g:
-        # HT and VHT short GI (HE's GI is HeConfiguration's: ns-3's default 3.2 us)
-        wifi.ConfigHtOptions("ShortGuardIntervalSupported", ns.BooleanValue(True))
-    # No traffic-control queue above the Wi-Fi device: the AP's WifiMacQueue is the AP queue.
-    wifi.DisableFlowControl()
+    phy, wifi = _wifi_helpers(ns, sc, chan)
     sta_devs, ap_devs, sniff_devs = _install_bss(ns, sc, phy, wifi, stas, ap, sniffer, keep)
     keep.append(channel)
     # Fixed random streams per device: the same seed gives the same run whatever else changes.
