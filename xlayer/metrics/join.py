@@ -5,8 +5,8 @@ vantage ``ap_wired`` or any vantage starting with ``ap``), every air capture, an
 capture that turns out to sit downstream of the AP (a station's own capture).
 
 **No capture of the AP's wired side.** A wired capture upstream of the air stands in for it: of those
-whose packets to the stations mostly reach the air after them (a server's; a station's own capture
-holds its copies after the air), the one the air shows most (`upstream_stand_in`).  Its downlink stamps
+whose packets to the stations reach the air after them (a server's; a station's own capture holds its
+copies after the air), the one the air shows most (`upstream_stand_in`).  Its downlink stamps
 move later by the least delay from it to the air, its uplink stamps earlier by the least delay from the
 air to it: the path's own delay, so that what a packet waited beyond it, and a loss on the path, count
 as the AP's.  `stand_in_notes` says which capture stood in and by how much.
