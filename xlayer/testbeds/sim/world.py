@@ -15,6 +15,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 # Clock ids shared with the C++ side (xlsim::SetClock) and xlayer.testbeds.sim.run.
@@ -254,6 +255,25 @@ def _wifi_helpers(ns, sc: dict, chan) -> tuple:
     return phy, wifi
 
 
+def _install_mobility(ns, sc: dict, still, stas, keep: list) -> Callable:
+    """Return place(node, x, y), once the `still` node containers stand still and the stations stand or
+    walk (as the scenario says), their mobility helpers kept alive in `keep`."""
+    fixed = ns.MobilityHelper()
+    fixed.SetMobilityModel("ns3::ConstantPositionMobilityModel")
+    moving = ns.MobilityHelper()
+    moving.SetMobilityModel("ns3::ConstantVelocityMobilityModel")
+    keep += [fixed, moving]
+    for c in still:
+        fixed.Install(c)
+    for i, st in enumerate(sc["stations"]):
+        (moving if st["walk_at_s"] is not None else fixed).Install(stas.Get(i))
+
+    def place(node, px: float, py: float) -> None:
+        node.GetObject[ns.MobilityModel]().SetPosition(ns.Vector(px, py, 0.0))
+
+    return place
+
+
 def _install_bss(ns, sc: dict, phy, wifi, stas, aps, sniffer, keep: list, *, active_probing: bool = False,
                  sniffer_gain_db: float | None = None) -> tuple:
     """Return (station, AP, sniffer) devices of one SSID installed on the nodes (helpers kept alive in `keep`)."""
@@ -339,19 +359,7 @@ def _simulate_aps(ns, x, job: dict, sc: dict, work: Path, keep: list) -> dict:
         keep.append(bridge.Install(aps.Get(i), _container(ns, ap_wired[i], ap_devs.Get(i))))
 
     # --- positions ---
-    fixed = ns.MobilityHelper()
-    fixed.SetMobilityModel("ns3::ConstantPositionMobilityModel")
-    moving = ns.MobilityHelper()
-    moving.SetMobilityModel("ns3::ConstantVelocityMobilityModel")
-    keep += [fixed, moving]
-    for c in (server, aps, switch, sniffer):
-        fixed.Install(c)
-    for i, st in enumerate(sc["stations"]):
-        (moving if st["walk_at_s"] is not None else fixed).Install(stas.Get(i))
-
-    def place(node, px: float, py: float) -> None:
-        node.GetObject[ns.MobilityModel]().SetPosition(ns.Vector(px, py, 0.0))
-
+    place = _install_mobility(ns, sc, (server, aps, switch, sniffer), stas, keep)
     place(server.Get(0), -10.0, 0.0)
     place(switch.Get(0), -5.0, 0.0)
     for i, a in enumerate(aps_spec):
@@ -496,19 +504,7 @@ def simulate(job: dict) -> dict:
     ns.WifiHelper.AssignStreams(sniff_devs, 300)
 
     # --- positions: set on the installed models (Python-made allocators can be freed under ns-3) ---
-    fixed = ns.MobilityHelper()
-    fixed.SetMobilityModel("ns3::ConstantPositionMobilityModel")
-    moving = ns.MobilityHelper()
-    moving.SetMobilityModel("ns3::ConstantVelocityMobilityModel")
-    keep += [fixed, moving]
-    for c in (server, ap, sniffer):
-        fixed.Install(c)
-    for i, st in enumerate(sc["stations"]):
-        (moving if st["walk_at_s"] is not None else fixed).Install(stas.Get(i))
-
-    def place(node, px: float, py: float) -> None:
-        node.GetObject[ns.MobilityModel]().SetPosition(ns.Vector(px, py, 0.0))
-
+    place = _install_mobility(ns, sc, (server, ap, sniffer), stas, keep)
     place(server.Get(0), -10.0, 0.0)
     place(ap.Get(0), 0.0, 0.0)
     place(sniffer.Get(0), 1.5, 1.5)
