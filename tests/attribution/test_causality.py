@@ -235,6 +235,53 @@ def test_one_flow_dipping_while_the_aggregate_holds_is_sharing_not_a_drop():
     assert aggregate_kept(fell, 1000 * MS, 1400 * MS, cfg) == pytest.approx(0.2)
 
 
+def test_a_rate_fall_on_a_link_that_did_not_weaken_leads_nothing():
+    # rate adaptation that started high on a far station: same signal, fewer retries at the new rate
+    numbers = {"signal_in_dbm": -79.0, "signal_outside_dbm": -79.0, "retry_fraction_in": 0.3,
+               "retry_fraction_outside": 0.65, "link_weakened": False}
+    rc = CauseFinding("rate_change", 0.53, "A's data rate fell", numbers, stations=["A"])
+    pa = CauseFinding("performance_anomaly", 0.9, "A held the line", stations=["A", "B"])
+    got = explain(_Ctx(_line(_steady(8_000, 12_000)), quiet=QUIET), W, [pa, rc])
+    assert [f.cause for f in got] == ["performance_anomaly", "rate_change"]
+    assert got[0].explained_by is None and got[1].explained_by is None
+    # the same fall on a weakening link leads the anomaly
+    rc2 = CauseFinding("rate_change", 0.53, "A's data rate fell", {**numbers, "link_weakened": True}, stations=["A"])
+    pa2 = CauseFinding("performance_anomaly", 0.9, "A held the line", stations=["A", "B"])
+    got = explain(_Ctx(_line(_steady(8_000, 12_000)), quiet=QUIET), W, [pa2, rc2])
+    assert [f.cause for f in got] == ["rate_change", "performance_anomaly"] and got[1].explained_by == "rate_change"
+
+
+@pytest.mark.parametrize(("fall_db", "retry_in", "retry_out", "weak"), [
+    (10.0, 0.1, 0.5, True),       # the signal fell: a weaker link, whatever the retries
+    (0.0, 0.4, 0.1, True),        # same signal, more retries: interference or a fading link
+    (0.0, 0.3, 0.65, False),      # same signal, fewer retries: the old rate never carried the link
+    (None, 0.3, 0.65, False),     # no signal measured: the retries say
+    (0.0, None, 0.3, True),       # nothing to say otherwise: as before, a rate fall is a weaker link
+])
+def test_a_rate_fall_is_a_weakening_link_by_signal_or_retries(fall_db, retry_in, retry_out, weak):
+    from xlayer.attribution.causes.rate_change import weakened
+    assert weakened(fall_db, retry_in, retry_out) is weak
+
+
+def _station_series(signals: dict[str, float | None], rates: dict[str, float], air: dict[str, int]) -> pl.DataFrame:
+    rows = [{"capture_file": "s.pcap", "station": st, "bin_start_ns": b * 100 * MS, "data_frames": 20,
+             "phy_rate_mbps": rates[st], "retry_fraction": 0.1, "airtime_ns": air[st], "signal_dbm": signals[st]}
+            for b in range(10) for st in rates]
+    return pl.DataFrame(rows, schema_overrides={"signal_dbm": pl.Float64})
+
+
+def test_the_air_measure_of_the_anomaly_wants_a_weak_link():
+    from xlayer.attribution.causes.performance_anomaly import _assess
+    rates, air = {"A": 60.0, "B": 300.0}, {"A": 80 * MS, "B": 20 * MS}
+    # A near the AP at a low rate of the moment (4 dB apart): rate adaptation's choice, not a weak link
+    assert _assess(_station_series({"A": -52.0, "B": -48.0}, rates, air)) is None
+    far = _assess(_station_series({"A": -79.0, "B": -48.0}, rates, air))
+    assert far is not None and far[0] > 0.5 and far[1]["slow"]["station"] == "A"
+    # without signals (an AP-side capture that never hears the stations) the rates and shares decide
+    blind = _assess(_station_series({"A": None, "B": None}, rates, air))
+    assert blind is not None and blind[0] == pytest.approx(far[0])
+
+
 def test_the_rate_change_leads_the_slowness_and_retries_of_its_station():
     rc = CauseFinding("rate_change", 0.5, "A's data rate fell to 12 Mbit/s from 54 Mbit/s", stations=["A"])
     mr = CauseFinding("mac_retries", 0.8, "retries", stations=["A"])

@@ -32,7 +32,9 @@ with no air capture, or with delay made on the wired path, the spurious timeouts
 
 A station whose PHY rate the `rate_change` finding measured falling is slow and retried because its
 link weakened: its `performance_anomaly` and `mac_retries` findings follow the rate change
-(`_after_rate_change`), and a timeout chain through them starts at the rate change.
+(`_after_rate_change`), and a timeout chain through them starts at the rate change.  A fall on a link
+that did not weaken (signal as before, fewer retries at the new rate: the old rate was never carried)
+leads nothing: the station was as slow before it.
 """
 from __future__ import annotations
 
@@ -123,7 +125,7 @@ def _after_rate_change(found: list[CauseFinding]) -> list[CauseFinding]:
     rate it measured falling (a weakening link: rate adaptation steps down, frames are retried, and the
     slower frames hold the air; the rate fall is what changed)."""
     rc = next((f for f in found if f.cause == "rate_change"), None)
-    if rc is None:
+    if rc is None or rc.numbers.get("link_weakened") is False:
         return found
     fell = set(rc.stations)
     led = [f for f in found if f.cause in RATE_FOLLOWERS and f.explained_by is None and set(f.stations) & fell]

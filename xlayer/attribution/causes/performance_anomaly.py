@@ -3,7 +3,8 @@
 802.11's fair access is per frame, not per second of air: a station at a low PHY rate takes most of
 the airtime, and every station's goodput falls towards the slow one's.  Two measures, the stronger
 counts: (1) from the air, two or more stations with data, the one with the largest airtime share at
-a PHY rate well below the fastest's and past 40 % of the air; (2) from the AP's transmit line (the
+a PHY rate well below the fastest's and past 40 % of the air, its signal weaker than the others' (where
+the capture has it); (2) from the AP's transmit line (the
 `delay` table, `delaysplit.find_hog`), one station whose packets took far more of the AP's service
 time than their share, the excess being the line time the others lost, on a weak link (its rate a
 fraction of the others', its signal weaker).  The second sees the anomaly among many stations, where
@@ -32,7 +33,17 @@ def _stations(ss: pl.DataFrame) -> pl.DataFrame:
     return (d.group_by("station").agg(
         pl.col("data_frames").sum().alias("frames"), pl.col("airtime_ns").sum().alias("air"),
         ((pl.col("phy_rate_mbps").fill_null(0) * pl.col("data_frames")).sum() / pl.col("data_frames").sum())
-        .alias("rate")).filter(pl.col("frames") >= MIN_FRAMES))
+        .alias("rate"), pl.col("signal_dbm").median().alias("signal")).filter(pl.col("frames") >= MIN_FRAMES))
+
+
+def _weak_signal(st: pl.DataFrame, station: str) -> bool:
+    """Return whether `station`'s signal is `delaysplit.WEAK_SIGNAL_DB` below the others' median, or unknown:
+    a station near the AP at a low rate is rate adaptation's choice of the moment, not a weak link."""
+    own = st.filter(pl.col("station") == station)["signal"].drop_nulls()
+    others = st.filter(pl.col("station") != station)["signal"].drop_nulls()
+    if own.len() == 0 or others.len() == 0:
+        return True
+    return float(others.median()) - float(own[0]) >= delaysplit.WEAK_SIGNAL_DB
 
 
 def _assess(ss: pl.DataFrame) -> tuple[float, dict] | None:
@@ -45,6 +56,8 @@ def _assess(ss: pl.DataFrame) -> tuple[float, dict] | None:
     if slow["station"] == fast["station"] or not fast["rate"]:
         return None
     ratio = slow["rate"] / fast["rate"]
+    if not _weak_signal(st, slow["station"]):
+        return None
     # Equal frames, unequal rates: a slow station past half the air while its rate is a fraction
     # of the fast one's is the anomaly (ideal DCF gives it rate_fast / (rate_fast + rate_slow)).
     conf = clip01((slow["share"] - 0.4) / 0.2) * clip01((1 - ratio) / 0.5) * 0.85

@@ -3,12 +3,19 @@
 Evidence: the station's data PHY rate in the window (weighted by frames) against its rate outside
 every drop window, the downward rate changes seen from 2 s before the window, and the signal
 strength in and out.  The slower the rate, the more airtime each packet takes, the less goodput.
+
+A rate fall is a weakening link (`link_weakened`) when the station's signal fell by
+`delaysplit.WEAK_SIGNAL_DB` or more, or its frames were retried more often at the new rate than at
+the old.  Otherwise the old rate was one the link never carried (rate adaptation that started high
+and failed there, as Minstrel does on a far station): the station was as slow before, and the fall
+leads no other cause (`xlayer.attribution.causality`).
 """
 from __future__ import annotations
 
 import polars as pl
 
 from xlayer.attribution.causes.base import NS, Context, Window, clip01, frames
+from xlayer.attribution.causes.delaysplit import WEAK_SIGNAL_DB
 from xlayer.attribution.incidents import CauseFinding
 
 NAME = "rate_change"
@@ -22,6 +29,21 @@ def _wrate(df: pl.DataFrame) -> float | None:
     if d.height == 0:
         return None
     return float((d["phy_rate_mbps"] * d["data_frames"]).sum() / d["data_frames"].sum())
+
+
+def _wretry(df: pl.DataFrame) -> float | None:
+    """Return the retry fraction of the bins' data transmissions (weighted by frames; None: none)."""
+    d = df.filter(pl.col("retry_fraction").is_not_null() & (pl.col("data_frames") > 0))
+    if d.height == 0:
+        return None
+    return float((d["retry_fraction"] * d["data_frames"]).sum() / d["data_frames"].sum())
+
+
+def weakened(fall_db: float | None, retry_in: float | None, retry_out: float | None) -> bool:
+    """Return whether a station's link weakened: its signal fell, or its frames were retried more (unknown: True)."""
+    if fall_db is not None and fall_db >= WEAK_SIGNAL_DB:
+        return True
+    return retry_in is None or retry_out is None or retry_in > retry_out
 
 
 def score(ctx: Context, w: Window) -> CauseFinding | None:
@@ -46,19 +68,26 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
         s_out = float(sig_out.median()) if sig_out.len() else None
         # A weaker signal with the rate falls is the link itself degrading (distance, fading): the
         # rate change is rate adaptation following it, whatever the retries do meanwhile.
-        fall_db = (s_out - s_in) if s_in is not None and s_out is not None else 0.0
-        conf = 0.9 * max(clip01((0.8 - ratio) / 0.5), clip01((fall_db - 3.0) / 9.0))
-        cand = (conf, st, r_in, r_out, rc, s_in, s_out)
+        fall_db = (s_out - s_in) if s_in is not None and s_out is not None else None
+        conf = 0.9 * max(clip01((0.8 - ratio) / 0.5), clip01(((fall_db or 0.0) - 3.0) / 9.0))
+        cand = (conf, st, r_in, r_out, rc, s_in, s_out, fall_db, _wretry(inside), _wretry(out))
         if best is None or cand[0] > best[0]:
             best = cand
     if best is None or best[0] < 0.05:
         return None
-    conf, st, r_in, r_out, rc, sig_in, sig_out = best
+    conf, st, r_in, r_out, rc, sig_in, sig_out, fall_db, retry_in, retry_out = best
+    weak = weakened(fall_db, retry_in, retry_out)
     text = (f"{st}'s data rate fell to {r_in:.1f} Mbit/s from {r_out:.1f} Mbit/s "
             f"({rc.height} downward rate changes)")
     if sig_in is not None and sig_out is not None:
         text += f"; signal {sig_in:.0f} dBm against {sig_out:.0f} dBm"
+    if retry_in is not None and retry_out is not None:
+        text += f"; retried {retry_in:.0%} against {retry_out:.0%}"
+    if not weak:
+        text += " (the link did not weaken: the old rate was not one it carried)"
     return CauseFinding(NAME, conf, text,
                         {"station": st, "rate_in_mbps": r_in, "rate_outside_mbps": r_out,
-                         "downward_changes": rc.height, "signal_in_dbm": sig_in, "signal_outside_dbm": sig_out},
+                         "downward_changes": rc.height, "signal_in_dbm": sig_in, "signal_outside_dbm": sig_out,
+                         "retry_fraction_in": retry_in, "retry_fraction_outside": retry_out,
+                         "link_weakened": weak},
                         stations=[st], flows=ctx.flows_of([st]), frames=frames(rc, "rate change"))
