@@ -6,4 +6,5 @@ parsers/columnar/accel.py uses the pure-Python loops, which give the same tables
 from setuptools import Extension, setup
 
 setup(ext_modules=[Extension("parsers.columnar._walk", ["parsers/columnar/_walk.c"], optional=True,
-                             extra_compile_args=["-O2"])])
+                             extra_compile_args=["-O2"]),
+                   Extension("xlayer.metrics._tcpk", ["xlayer/metrics/_tcpk.c"], optional=True, extra_compile_args=["-O2"])])

@@ -69,6 +69,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from xlayer.metrics import tcp as tcpmod
 from xlayer.metrics.schema import Column, conform, register
 from xlayer.timeline.flowkey import FRAGMENT_KEY, is_fragment
 
@@ -88,6 +89,7 @@ SERIES_MAX_GAP_NS = 10_000_000_000   # longer idle gaps of a flow are not filled
 
 _BIG = 1 << 32
 _HALF = 1 << 31
+_NUL = np.iinfo(np.int64).min    # null in the compiled kernels' int64 buffers
 _SYN, _FIN, _ACK = 0x02, 0x01, 0x10
 # Packet identity across captures; "fh" is the flow name's hash (integer joins, the name rides along).
 REFINE_PASSES = 3      # odd-even passes of `_refine`: neighbours out of order move this far
@@ -224,6 +226,10 @@ def _code(col: str) -> pl.Expr:
 def _not_retry(m: pl.DataFrame) -> np.ndarray:
     """Return, per row of (_mpdu, ts_ns) in capture order, whether it is no MAC retry: the first of its MPDU
     identity, or `MAC_RETRY_WINDOW_NS` or more after the previous one."""
+    if tcpmod.KERNEL:
+        # one pass in capture order remembering each identity's last time
+        g = tcpmod.key_gaps(m.get_column("_mpdu"), m.get_column("ts_ns"))
+        return (g.is_null() | (g >= MAC_RETRY_WINDOW_NS)).to_numpy()
     # a sort of the two columns by identity (then capture order) instead of a window over ~one group per row
     o = m.with_row_index("_r").sort("_mpdu", "_r").select(
         "_r", (pl.col("_mpdu").ne_missing(pl.col("_mpdu").shift(1))
@@ -309,11 +315,9 @@ def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
     # back into frame order, each a copy of every column.
     tcp = pl.col("is_tcp")
     df = df.with_columns(pl.when(tcp).then(pl.col("fid")).otherwise(-1).alias("_tf"))
-    df = df.with_columns(pl.when(tcp).then(_unwrap("tcp_seq", "_tf")).alias("seq_u"))
-    df = df.with_columns((pl.col("seq_u") + pl.col("span")).alias("end_u"))
     # Highest sequence end seen before this segment: bytes beyond it are new (goodput), a segment
     # starting below it resends something (a retransmission, or reordering at a later vantage).
-    df = df.with_columns(pl.when(tcp).then(pl.col("end_u").cum_max().shift(1).over("_tf")).alias("_prev"))
+    df = _seq_state(df) if tcpmod.KERNEL else _seq_state_polars(df)
     # A jump over a hole counts the hole's bytes too: they are filled later by retransmissions that
     # count nothing, so the sum is the sequence space covered (tcptrace's "unique bytes").
     df = df.with_columns(
@@ -323,6 +327,28 @@ def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
         .alias("retx"))
     out = df.drop("_prev", "_tlen", "tcp_seq", "_tf")
     return Prepared(vantage, capture_file, out, flows)
+
+
+def _seq_state_polars(df: pl.DataFrame) -> pl.DataFrame:
+    """Return `df` with seq_u (sequence numbers unwrapped per TCP flow ``_tf``), end_u and ``_prev`` (the
+    highest end_u of the flow's rows before), by windows (`_seq_state`'s fallback)."""
+    tcp = pl.col("is_tcp")
+    df = df.with_columns(pl.when(tcp).then(_unwrap("tcp_seq", "_tf")).alias("seq_u"))
+    df = df.with_columns((pl.col("seq_u") + pl.col("span")).alias("end_u"))
+    return df.with_columns(pl.when(tcp).then(pl.col("end_u").cum_max().shift(1).over("_tf")).alias("_prev"))
+
+
+def _seq_state(df: pl.DataFrame) -> pl.DataFrame:
+    """Return `_seq_state_polars`'s columns from one pass of the compiled kernel over the rows in frame order."""
+    n = df.height
+    seq_u, prev = np.empty(n, np.int64), np.empty(n, np.int64)
+    a = df.select(pl.col("_tf").cast(pl.Int64), pl.col("tcp_seq").cast(pl.Int64).fill_null(_NUL),
+                  pl.col("span").cast(pl.Int64).fill_null(0))
+    tcpmod._tcpk.seq_track(*(a.get_column(c).to_numpy() for c in a.columns), seq_u, prev)
+    k = pl.DataFrame({"seq_u": seq_u, "_prev": prev}).select(
+        pl.when(pl.col(c) != _NUL).then(pl.col(c)).alias(c) for c in ("seq_u", "_prev"))
+    return df.with_columns(k.get_column("seq_u")).with_columns(
+        (pl.col("seq_u") + pl.col("span")).alias("end_u"), k.get_column("_prev"))
 
 
 # --- flows and series ---

@@ -58,6 +58,7 @@ the evidence of the bundle's other (receiver-side) captures, whose ``ts_ns`` are
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,15 @@ import polars as pl
 from xlayer.metrics.keys import with_sorted_ids
 from xlayer.metrics.schema import Column, conform, register
 from xlayer.timeline.flowkey import flow_exprs
+
+try:
+    from xlayer.metrics import _tcpk
+except ImportError:  # pragma: no cover - built without a C compiler: the polars expressions do the same
+    _tcpk = None
+
+# The compiled state machines are used when built (setup.py); XLAYER_PURE_PYTHON=1 turns them off, as it does
+# the parsers' (tests compare both ways).
+KERNEL = _tcpk is not None and os.environ.get("XLAYER_PURE_PYTHON", "") in ("", "0")
 
 NEEDS = ("frame", "ts_ns", "ip_version", "ip_src", "ip_dst", "ip_proto", "ip_id", "ip_ttl", "ip_frag_offset",
          "sport", "dport", "tcp_seq", "tcp_ack", "tcp_flags", "tcp_win", "tcp_len", "tcp_wscale", "tcp_tsval",
@@ -212,6 +222,14 @@ def prepare(df: pl.DataFrame) -> pl.DataFrame:
     t = t.with_columns(pl.col("conn").rle_id().alias("_c"))
     # the rows' permutation into (conn, frame) order and back, for what is computed in a conn's frame order
     order, back = _conn_order(t)
+    if KERNEL:
+        return _state_kernel(t, order)
+    return _state_polars(t, order, back)
+
+
+def _state_polars(t: pl.DataFrame, order: pl.Series, back: pl.Series) -> pl.DataFrame:
+    """Return `prepare`'s rows with the per-direction state added by polars expressions (`_state_kernel`'s
+    fallback: the same columns, without the compiled module)."""
     # Sequence numbers unwrapped per direction: the first raw value plus the sum of signed 32-bit steps.
     t = t.with_columns(_wrap32(pl.col("_s").diff().over(K)).fill_null(0).alias("_d"))
     t = t.with_columns((pl.col("_s").first().over(K) + pl.col("_d").cum_sum().over(K)).alias("seq_u"))
@@ -260,12 +278,7 @@ def prepare(df: pl.DataFrame) -> pl.DataFrame:
     plain = ~(pl.col("syn") | pl.col("fin") | pl.col("rst"))
     keepalive = (pl.col("len") <= 1) & (pl.col("seq_u") == pl.col("nxt") - 1) & plain
     t = t.with_columns(seg.alias("seg"), keepalive.fill_null(False).alias("keepalive"))
-    # IP ids tell send order only where the sender numbers its packets (not all-zero / constant; a capture
-    # that holds every packet several times still counts).
-    t = t.with_columns(((pl.col("ip_version") == 4)
-                        & (pl.col("ip_id").n_unique().over(K) >= 2)
-                        & (pl.col("ip_id").n_unique().over(K) * 4 >= pl.len().over(K)))
-                       .fill_null(False).alias("idinfo"))
+    t = t.with_columns(_idinfo().alias("idinfo"))
     # ACK runs: Wireshark's duplicate ACK (same seq/ack/window, no data, window not 0).
     dup = ((pl.col("len") == 0) & (pl.col("win") != 0) & (pl.col("win") == pl.col("prev_win"))
            & (pl.col("seq_u") == pl.col("nxt")) & (pl.col("ack_u") == pl.col("prev_ack")) & plain)
@@ -290,6 +303,81 @@ def prepare(df: pl.DataFrame) -> pl.DataFrame:
                                      pl.when(pl.col("_c") == pl.col("_c").shift(1)).then(pl.col("ts_ns").shift(1))
                                      .alias("prev_conn_ts")))
     return t.drop("_s", "_d", "_e", "_a", "_af", "_ad", "_a0", "_o", "_ep", "tcp_sack", "_g", "_c")
+
+
+# --- the compiled state machine (xlayer/metrics/_tcpk.c) ---
+
+_NUL = np.iinfo(np.int64).min      # null in the kernel's int64 buffers
+_K_IN = ("frame", "ts_ns", "_s", "tcp_ack", "len", "win", "ip_id", "tcp_tsval")
+_K_OUT = ("seq_u", "base", "end_u", "ack_u", "rbase", "nxt0", "prev_ack", "prev_win", "rev_win", "nxt", "nxt_ts",
+          "nxt_frame", "nxt_ipid", "nxt_tsval", "dupnum", "dup_ref", "rev_ack", "rev_dup", "rev_ts", "prev_conn_ts")
+_K_OUTB = ("zwp", "adv", "keepalive", "dup0", "rev_ka", "dupack")
+_K_NOT_NULL = ("seq_u", "base", "end_u", "dupnum")
+
+
+def _kernel_args(t: pl.DataFrame, order: pl.Series) -> tuple[np.ndarray, ...]:
+    """Return the buffers `_tcpk` reads: row order, connection number, direction, flags, and the int64
+    input rows (`_K_IN`, null as `_NUL`)."""
+    inp = np.empty((len(_K_IN), t.height), np.int64)
+    for k, c in enumerate(_K_IN):
+        inp[k] = t.get_column(c).cast(pl.Int64).fill_null(_NUL).to_numpy()
+    b = t.select((pl.col("dir") == "b").cast(pl.UInt8).alias("d"),
+                 (pl.col("syn").cast(pl.UInt8) | (pl.col("fin").cast(pl.UInt8) * 2) | (pl.col("rst").cast(pl.UInt8) * 4)
+                  | (pl.col("ackf").cast(pl.UInt8) * 8)).alias("f"))
+    return (np.ascontiguousarray(order.cast(pl.Int64).to_numpy()), t.get_column("_c").cast(pl.Int64).to_numpy(),
+            np.ascontiguousarray(b.get_column("d").to_numpy()), np.ascontiguousarray(b.get_column("f").to_numpy()), inp)
+
+
+def _from_kernel(name: str, values: np.ndarray) -> pl.Series:
+    """Return an int64 column of the kernel as a Series, `_NUL` as null."""
+    s = pl.Series(name, values)
+    return s if name in _K_NOT_NULL else s.to_frame().select(pl.when(pl.col(name) != _NUL).then(pl.col(name))).to_series()
+
+
+def _state_kernel(t: pl.DataFrame, order: pl.Series) -> pl.DataFrame:
+    """Return `prepare`'s rows with the per-direction state added (`_state_polars`'s columns) by one pass of
+    the compiled state machine over the rows in (conn, frame) order."""
+    n = t.height
+    nconn = int(t["_c"].max()) + 1 if n else 0
+    o, cid, d, f, inp = _kernel_args(t, order)
+    out = np.empty((len(_K_OUT), n), np.int64)
+    outb = np.empty((len(_K_OUTB), n), np.uint8)
+    _tcpk.tcp_state(o, cid, d, f, inp, out, outb, nconn)
+    del inp
+    v = {c: _from_kernel(c, out[k]) for k, c in enumerate(_K_OUT)}
+    v.update((c, pl.Series(c, outb[k].view(np.bool_))) for k, c in enumerate(_K_OUTB))
+    del out, outb
+    seg = ((pl.col("len") > 0) | pl.col("syn") | pl.col("fin")).alias("seg")
+    t = t.with_columns(*(v.pop(c) for c in ("seq_u", "base", "end_u")), (pl.col("len") > 0).alias("data"),
+                       *(v.pop(c) for c in ("rbase", "ack_u", "nxt0", "prev_ack", "prev_win", "rev_win", "zwp", "nxt",
+                                            "adv", "nxt_ts", "nxt_frame", "nxt_ipid", "nxt_tsval")),
+                       seg, v.pop("keepalive"), _idinfo_kernel(t),
+                       *(v.pop(c) for c in ("dup0", "rev_ka", "dupack", "dupnum", "dup_ref")))
+    t = _sack(t)
+    rs = np.empty(n, np.int64)
+    _tcpk.rev_last(o, cid, d, t.get_column("sack_max").fill_null(_NUL).to_numpy(), rs, nconn)
+    t = t.with_columns(*(v.pop(c) for c in ("rev_ack", "rev_dup")), _from_kernel("rev_sack", rs),
+                       *(v.pop(c) for c in ("rev_ts", "prev_conn_ts")))
+    return t.drop("_s", "tcp_sack", "_g", "_c")
+
+
+def _idinfo_kernel(t: pl.DataFrame) -> pl.Series:
+    """Return `_idinfo()` of `t` (rows in (conn, dir, frame) order, ``_g`` numbering the directions), the
+    distinct IP ids of each direction counted by the compiled kernel."""
+    g = t.get_column("_g").cast(pl.Int64).to_numpy()
+    starts = np.flatnonzero(np.diff(g, prepend=g[0] - 1)) if len(g) else np.zeros(0, np.int64)
+    flag = np.empty(t.height, np.uint8)
+    _tcpk.numbered(np.append(starts, t.height).astype(np.int64),
+                   t.get_column("ip_id").cast(pl.Int64).fill_null(_NUL).to_numpy(), flag)
+    return t.select(((pl.col("ip_version") == 4).fill_null(False) & pl.Series(flag.view(np.bool_)))
+                    .alias("idinfo")).to_series()
+
+
+def _idinfo() -> pl.Expr:
+    """Whether the direction's sender numbers its IP packets (IPv4 ids not all zero / constant; a capture that
+    holds every packet several times still counts): then IP ids tell send order."""
+    return ((pl.col("ip_version") == 4) & (pl.col("ip_id").n_unique().over(K) >= 2)
+            & (pl.col("ip_id").n_unique().over(K) * 4 >= pl.len().over(K))).fill_null(False)
 
 
 def _conn_order(t: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
@@ -376,9 +464,49 @@ def sides(t: pl.DataFrame) -> pl.DataFrame:
     return out.select(*G, side.fill_null("unknown").alias("side"))
 
 
-def _ack_tables(t: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+class _AckIndex:
+    """The ACKs of one capture for `_tcpk.first_ack`: grouped by the direction they acknowledge (its rows in
+    frame order), each group's running maximum of the acknowledgement, and the group number of each
+    (conn, dir)."""
+
+    def __init__(self, t: pl.DataFrame) -> None:
+        # `t` is in (conn, dir, frame) order: the ACKs of one direction are contiguous and in frame order
+        a = t.lazy().filter(pl.col("ackf") & pl.col("ack_u").is_not_null()).select(
+            "conn", _other(pl.col("dir")).alias("dir"), "frame", "ts_ns", "ack_u",
+            pl.col("tcp_tsecr").cast(pl.Int64).alias("tsecr")).collect()
+        a = a.with_columns(pl.struct(G).rle_id().cast(pl.Int64).alias("_ag"))
+        gid = a.get_column("_ag").to_numpy()
+        starts = np.flatnonzero(np.diff(gid, prepend=-1)) if a.height else np.zeros(0, np.int64)
+        self.off = np.append(starts, a.height).astype(np.int64)
+        self.groups = a.select(*G, "_ag").unique("_ag")
+        self.frame = a.get_column("frame").fill_null(_NUL).to_numpy()
+        self.ack = a.get_column("ack_u").to_numpy()
+        self.cols = a.select("frame", "ts_ns", "tsecr")
+        self.cm = np.empty(a.height, np.int64)
+        none = np.zeros(0, np.int64)
+        _tcpk.first_ack(self.off, self.frame, self.ack, self.cm, none, none, none, none)
+
+    def first(self, left: pl.DataFrame, need: str) -> pl.DataFrame:
+        """Return `_first_ack(left, ..., need)`."""
+        q = left.select(*G, "frame", need).join(self.groups, on=G, how="left", maintain_order="left")
+        out = np.empty(left.height, np.int64)
+        _tcpk.first_ack(self.off, self.frame, self.ack, self.cm, q.get_column("_ag").fill_null(-1).to_numpy(),
+                        q.get_column("frame").fill_null(_NUL).to_numpy(),
+                        q.get_column(need).cast(pl.Int64).fill_null(_NUL).to_numpy(), out)
+        idx = pl.Series("_x", out)
+        got = self.cols.select(pl.all().gather(idx.clip(0, None))) if self.cols.height else \
+            pl.DataFrame({c: pl.Series(c, [None] * left.height, pl.Int64) for c in self.cols.columns})
+        got = got.with_columns(pl.when(idx >= 0).then(pl.col(c)) for c in got.columns)
+        return left.with_columns(got.get_column("frame").alias("ack_frame"), got.get_column("ts_ns").alias("ack_ts"),
+                                 got.get_column("tsecr").alias("ack_tsecr"))
+
+
+def _ack_tables(t: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame] | _AckIndex:
     """Return `_first_ack`'s two views of the ACKs of `t`: every ACK by frame, and the first ACK reaching
-    each new cumulative acknowledgement (both keyed by the direction they acknowledge)."""
+    each new cumulative acknowledgement (both keyed by the direction they acknowledge); with the compiled
+    kernel, its index of them."""
+    if KERNEL:
+        return _AckIndex(t)
     # (lazily, here and below: a filter of `t` then copies only the columns selected, not all of `t`'s)
     # `t` is in (conn, dir, frame) order: each direction's ACKs come in frame order, as the windows below
     # read them, without a sort (the two tables are sorted by their own keys)
@@ -395,11 +523,14 @@ def _ack_tables(t: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def _first_ack(left: pl.DataFrame, t: pl.DataFrame, need: str,
-               acks: tuple[pl.DataFrame, pl.DataFrame] | None = None) -> pl.DataFrame:
+               acks: tuple[pl.DataFrame, pl.DataFrame] | _AckIndex | None = None) -> pl.DataFrame:
     """Add ack_frame/ack_ts/ack_tsecr: the first ACK after each left row (conn, dir, frame) from the other
     direction whose acknowledgement reaches left[need] (ACKs taken cumulatively, in frame order; `acks`:
     `_ack_tables(t)` when the caller made them already)."""
-    r1, r2 = acks if acks is not None else _ack_tables(t)
+    acks = acks if acks is not None else _ack_tables(t)
+    if isinstance(acks, _AckIndex):
+        return acks.first(left, need)
+    r1, r2 = acks
     out = left.with_row_index("_i").sort("frame").join_asof(
         r1, left_on="frame", right_on="_f", by=G, strategy="forward", allow_exact_matches=False,
         check_sortedness=False).drop("_f")
@@ -448,7 +579,7 @@ def network_copies(rows: pl.DataFrame, seg: pl.DataFrame, by: list[str]) -> pl.D
 
 
 def _rto(t: pl.DataFrame, cand_seq: pl.DataFrame, cand_frames: pl.DataFrame,
-         copies: pl.DataFrame | None = None, acks: tuple[pl.DataFrame, pl.DataFrame] | None = None) -> pl.DataFrame:
+         copies: pl.DataFrame | None = None, acks: tuple[pl.DataFrame, pl.DataFrame] | _AckIndex | None = None) -> pl.DataFrame:
     """Return (conn, dir, ts_ns, srtt, rto) after each RTT sample (RFC 6298; Karn: never-retransmitted data;
     `copies`: frames of network copies, no sample of their own: their original gives it)."""
     d = t.lazy().filter(pl.col("data")).select(*G, "frame", "ts_ns", "seq_u", "end_u").collect()
@@ -458,12 +589,37 @@ def _rto(t: pl.DataFrame, cand_seq: pl.DataFrame, cand_frames: pl.DataFrame,
     s = _first_ack(d, t, "end_u", acks).filter(pl.col("ack_ts").is_not_null())
     # An ACK that comes only after a retransmission filled a hole below the segment measures the recovery,
     # not the path: drop samples with a retransmission of the direction between segment and ACK.
+    if KERNEL:
+        return _rtt_estimates(_retx_between(s, cand_frames))
     n = cand_frames.sort("frame").with_columns(pl.int_range(1, pl.len() + 1).over(G).alias("_n")) \
         .select(*G, pl.col("frame").alias("_f"), "_n").sort("_f")
     s = s.sort("frame").join_asof(n, left_on="frame", right_on="_f", by=G, strategy="backward",
                                   check_sortedness=False).rename({"_n": "_n0"}).drop("_f")
     s = s.sort("ack_frame").join_asof(n, left_on="ack_frame", right_on="_f", by=G, strategy="backward",
                                       check_sortedness=False).drop("_f")
+    return _rtt_estimates(s)
+
+
+def _retx_between(s: pl.DataFrame, cand_frames: pl.DataFrame) -> pl.DataFrame:
+    """Return the samples `s` with _n0 / _n, the retransmissions of their direction (`cand_frames`) up to the
+    segment's and the ACK's frame (`_tcpk.count_upto`), in the order `_rto`'s polars steps leave them (its
+    sorts kept: the RTO estimate's smoothing reads samples of one ACK time in that order)."""
+    r = cand_frames.select(*G, "frame").sort(*G, "frame").with_columns(pl.struct(G).rle_id().cast(pl.Int64).alias("_rg"))
+    rg = r.get_column("_rg").to_numpy()
+    starts = np.flatnonzero(np.diff(rg, prepend=-1)) if r.height else np.zeros(0, np.int64)
+    q = s.select(*G).join(r.select(*G, "_rg").unique("_rg"), on=G, how="left", maintain_order="left")
+    grp = q.get_column("_rg").fill_null(-1).to_numpy()
+    off, vals = np.append(starts, r.height).astype(np.int64), r.get_column("frame").fill_null(_NUL).to_numpy()
+    counts = []
+    for c in ("frame", "ack_frame"):
+        out = np.empty(s.height, np.int64)
+        _tcpk.count_upto(off, vals, grp, s.get_column(c).fill_null(_NUL).to_numpy(), out)
+        counts.append(out)
+    return s.with_columns(pl.Series("_n0", counts[0]), pl.Series("_n", counts[1])).sort("frame").sort("ack_frame")
+
+
+def _rtt_estimates(s: pl.DataFrame) -> pl.DataFrame:
+    """Return `_rto`'s table from its samples with _n0 / _n (rows in the order its sorts leave them)."""
     s = s.filter(pl.col("_n").fill_null(0) == pl.col("_n0").fill_null(0))
     s = s.select(*G, pl.col("ack_ts").alias("ts_ns"), (pl.col("ack_ts") - pl.col("ts_ns")).alias("rtt")) \
         .filter(pl.col("rtt") >= 0).sort(*G, "ts_ns")
@@ -527,8 +683,8 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     # the original: the first earlier frame starting at the same sequence number, else one covering it
     # (`t` is in (conn, dir, frame) order: a sequence number's first row is its first frame)
     firsts = t.lazy().filter(pl.col("seg")).select(*G, "seq_u", "frame", "ts_ns", "len", "ip_id", "tcp_tsval",
-                                                    "end_u").collect() \
-        .filter(pl.struct(*G, "seq_u").is_first_distinct()).select(
+                                                    "end_u").collect()
+    firsts = firsts.filter(_first_distinct(firsts) if KERNEL else pl.struct(*G, "seq_u").is_first_distinct()).select(
         *G, "seq_u", pl.col("frame").alias("o_frame"), pl.col("ts_ns").alias("o_ts"), pl.col("len").alias("o_len"),
         pl.col("ip_id").cast(pl.Int64).alias("o_ipid"), pl.col("tcp_tsval").cast(pl.Int64).alias("o_tsval"),
         pl.col("end_u").alias("o_end"))
@@ -652,7 +808,7 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     return t, cand, ev
 
 
-def _dsacked_first(t: pl.DataFrame, acks: tuple[pl.DataFrame, pl.DataFrame] | None = None) -> pl.DataFrame:
+def _dsacked_first(t: pl.DataFrame, acks: tuple[pl.DataFrame, pl.DataFrame] | _AckIndex | None = None) -> pl.DataFrame:
     """Return (conn, dir, frame) of the segments that do not start below "next expected" (``_fresh`` rows) and
     whose first covering ACK after them is a D-SACK for them (module doc): the receiver had their bytes."""
     dsk = t.filter(pl.col("dsack_left").is_not_null()).select(
@@ -916,10 +1072,32 @@ def _mac_gap(df: pl.DataFrame) -> pl.Series:
     ns, nf = (int(m[c].max()) + 1 for c in ("_s", "_f"))
     # the MPDU identity as one integer (exact: a TA's code, 16-bit sequence and 8-bit fragment numbers fit)
     m = m.select("_r", "frame", "ts_ns", ((pl.col("_t") * ns + pl.col("_s")) * nf + pl.col("_f")).alias("_m"))
+    if KERNEL and m.select((pl.col("frame").diff() > 0).all() & pl.col("frame").is_not_null().all()).item():
+        # records in frame order: one pass remembering each identity's last time (`_tcpk.key_gap`)
+        return key_gaps(m.get_column("_m"), m.get_column("ts_ns")).alias("g")
     # a sort of these few integer columns by identity, instead of a window over about one group per record
     o = m.sort("_m", "frame").select(
         "_r", pl.when(pl.col("_m") == pl.col("_m").shift(1)).then(pl.col("ts_ns") - pl.col("ts_ns").shift(1)).alias("g"))
     return o.sort("_r").get_column("g")
+
+
+def _first_distinct(rows: pl.DataFrame) -> pl.Series:
+    """Return per row of `rows` (directions contiguous, each in frame order) whether it is the first of its
+    direction with its seq_u (`_tcpk.first_distinct`)."""
+    g = rows.select(pl.struct(G).rle_id().cast(pl.Int64)).to_series().to_numpy()
+    starts = np.flatnonzero(np.diff(g, prepend=-1)) if rows.height else np.zeros(0, np.int64)
+    out = np.empty(rows.height, np.uint8)
+    _tcpk.first_distinct(np.append(starts, rows.height).astype(np.int64), rows.get_column("seq_u").to_numpy(), out)
+    return pl.Series("_first", out.view(np.bool_))
+
+
+def key_gaps(keys: pl.Series, ts: pl.Series) -> pl.Series:
+    """Return per row (rows in order) its time minus that of the previous row with the same key (null: the
+    first of its key, or a null time), from the compiled kernel."""
+    gap = np.empty(len(keys), np.int64)
+    _tcpk.key_gap(keys.cast(pl.Int64, wrap_numerical=True).fill_null(_NUL).to_numpy(),
+                  ts.cast(pl.Int64).fill_null(_NUL).to_numpy(), gap)
+    return _from_kernel("gap", gap)
 
 
 def build(tl: Any) -> dict[str, pl.DataFrame]:
