@@ -30,7 +30,7 @@ import polars as pl
 
 from xlayer.signals import process_alive
 
-FORMAT = 1                      # what an entry holds; a change makes every older entry a miss
+FORMAT = 2                      # what an entry holds; a change makes every older entry a miss
 _EDGE = 64 << 10                # bytes hashed at each end of a capture
 _BUILD = ".build-"
 MAX_BYTES = 10 << 30            # entries beyond this total are removed, least recently used first

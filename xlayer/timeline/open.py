@@ -10,13 +10,14 @@ schema plus:
     flow, conn, dir                      flow identity (`xlayer.timeline.flowkey`)
 
 The packet tables are kept in the decode cache (`xlayer.timeline.cache`): written once as uncompressed
-Arrow IPC files, mapped back zero-copy by `packets()` (only the columns asked for are touched), and
-found again by the next command on the same captures; each derived table is written there too once
-its module has computed it.  Without the cache (`cache=False`), large bundles are spilled the same way
-to a temporary directory (removed with the Timeline, by `Timeline.close` or at exit; one a killed
-process left is removed by the next process that opens a timeline: see `SPILL_PREFIX`), and
-`spill=False` keeps every table in memory instead.  What the alignment reads is held on disk while
-the captures are read.
+Arrow IPC files (`Spilled`: the decoded chunks as the decoder produced them, and beside them one file
+of what the alignment and the flow keys add: ts_ns on the reference clock, flow, conn, dir), read back
+by `packets()` (only the columns asked for), and found again by the next command on the same
+captures; each derived table is written there too once its module has computed it.  Without the
+cache (`cache=False`), large bundles are spilled the same way to a temporary directory (removed with
+the Timeline, by `Timeline.close` or at exit; one a killed process left is removed by the next
+process that opens a timeline: see `SPILL_PREFIX`), and `spill=False` keeps every table in memory
+instead.  What the alignment reads is held on disk while the captures are read.
 
 Derived tables are computed on first use by the modules the timeline was opened with (`modules=`;
 `xlayer.metrics.MODULES` for the metric tables, which `xlayer.open_timeline` passes): each module has
@@ -97,30 +98,101 @@ def _disk_full(exc: BaseException) -> bool:
 
 def _spill_read(path: str | os.PathLike, columns: list[str], keep: list[str], out_dir: str,
                 decoder: str = "fast", stats: Any = None, keys: Sequence[Any] | None = None
-                ) -> tuple[list[str], pl.DataFrame]:
+                ) -> tuple[list[str], list[str]]:
     """Write a capture's packet table (`columns`) chunk by chunk to IPC files in `out_dir`; return their
-    paths and the `keep` columns of the whole table (those the alignment reads), all-null columns dropped."""
+    paths and which of the `keep` columns (those the alignment reads) hold a value somewhere."""
     import parsers
     from parsers.schema import SCHEMA
 
-    files, parts = [], []
+    files: list[str] = []
+    present: set[str] = set()
+    valued: set[str] = set()            # columns with a value in some row
     for i, chunk in enumerate(parsers.iter_tables(path, decoder=decoder, stats=stats, **_projected(columns, keys))):
         chunk = chunk.select([c for c in columns if c in chunk.columns])
         f = os.path.join(out_dir, f"raw-{i:05d}.arrow")
         chunk.write_ipc(f, compression="uncompressed")
         files.append(f)
-        parts.append(chunk.select([c for c in keep if c in chunk.columns]))
+        present.update(c for c in keep if c in chunk.columns)
+        valued.update(c for c in keep if c in chunk.columns and c not in valued
+                      and chunk[c].null_count() < chunk.height)
         del chunk
-    if not parts:
+    if not files:
         empty = pl.DataFrame(schema={c: SCHEMA[c] for c in columns})
-        f = os.path.join(out_dir, "raw-00000.arrow")
-        empty.write_ipc(f)
-        return [f], empty.select([c for c in keep if c in empty.columns])
-    small = pl.concat(parts, rechunk=True)
-    del parts
+        files.append(os.path.join(out_dir, "raw-00000.arrow"))
+        empty.write_ipc(files[0])
+        return files, [c for c in keep if c in empty.columns]
     # A wired capture's radio and 802.11 columns are all null: the alignment reads absent ones as nulls.
-    nulls = [c for c in small.columns if c not in ("frame", "ts_ns") and small[c].null_count() == small.height]
-    return files, small.drop(nulls)
+    return files, [c for c in keep if c in present and (c in ("frame", "ts_ns") or c in valued)]
+
+
+# the columns a spilled capture's table gains beside the decoded ones, in the order they are added
+_CONSTANT = ("capture_file", "vantage", "clock", "kind")
+_DERIVED = ("flow", "conn", "dir")
+
+
+@dataclass(frozen=True)
+class Spilled:
+    """Where one capture's spilled packet table is: written once, never rewritten.
+
+    `raw`: the decoded chunks in order (their ts_ns is the capture's own stamp: ts_local_ns);
+    `derived`: one IPC file with ts_ns on the reference clock, flow, conn and dir; the manifest's
+    capture_file, vantage, clock and kind are constants added on reading."""
+
+    raw: tuple[str, ...]
+    derived: str
+    names: tuple[str, ...]          # the table's columns, in order
+    height: int
+
+    def relative(self, root: str | os.PathLike) -> dict[str, Any]:
+        """Return the paths relative to `root`, as a cache entry's meta.json keeps them."""
+        return {"raw": [os.path.relpath(f, root) for f in self.raw], "derived": os.path.relpath(self.derived, root),
+                "names": list(self.names), "height": self.height}
+
+    @classmethod
+    def under(cls, root: str | os.PathLike, d: Mapping[str, Any]) -> Spilled:
+        """Return the spill `relative` described, its files under `root`."""
+        return cls(tuple(os.path.join(root, f) for f in d["raw"]), os.path.join(root, d["derived"]),
+                   tuple(d["names"]), int(d["height"]))
+
+    def files(self) -> list[str]:
+        """Return every file the spill is made of."""
+        return [*self.raw, self.derived]
+
+    def read(self, e: CaptureEntry, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """Return the table (only `columns`, in their order, those it has), read from its files."""
+        want = list(self.names) if columns is None else [c for c in columns if c in self.names]
+        if not want:
+            return pl.DataFrame()
+        out: dict[str, pl.Series] = {}
+        raw = [c for c in want if c not in (*_CONSTANT, *_DERIVED, "ts_ns", "ts_local_ns")]
+        if "ts_local_ns" in want:
+            raw.append("ts_ns")
+        if raw:
+            got = pl.concat([pl.read_ipc(f, columns=raw) for f in self.raw], rechunk=False)
+            out.update((s.name, s) for s in got.get_columns())
+            if "ts_local_ns" in want:
+                out["ts_local_ns"] = out.pop("ts_ns").cast(pl.Int64).alias("ts_local_ns")
+        derived = [c for c in want if c in ("ts_ns", *_DERIVED)]
+        if derived:
+            out.update((s.name, s) for s in pl.read_ipc(self.derived, columns=derived).get_columns())
+        values = dict(zip(_CONSTANT, (e.file, e.vantage, e.clock, e.kind)))
+        for c in want:
+            if c in values:
+                out[c] = pl.repeat(values[c], self.height, dtype=pl.String, eager=True).alias(c)
+        return pl.DataFrame([out[c] for c in want])
+
+
+def _spill_derive(tl: Timeline, e: CaptureEntry, raw: list[str], fragments: bool) -> Spilled:
+    """Return a spilled capture with its derived file written: its stamps on the reference clock and
+    its flows (what the alignment adds, and `_with_flows`), one capture's few columns in memory."""
+    names = list(pl.read_ipc_schema(raw[0]))
+    want = [c for c in ("ts_ns", *_FLOW_KEY, *FRAGMENT_KEY[3:], "ip_mf", "ip_frag_offset") if c in names]
+    keys = pl.concat([pl.read_ipc(f, columns=want) for f in raw], rechunk=False)
+    flows = _with_flows(keys, fragments=fragments).select(_DERIVED)
+    stamps = tl._align(keys.select("ts_ns"), e).select("ts_ns")
+    path = os.path.join(os.path.dirname(raw[0]), "derived.arrow")
+    pl.concat([stamps, flows], how="horizontal").write_ipc(path, compression="uncompressed")
+    return Spilled(tuple(raw), path, (*names, *_CONSTANT, *_DERIVED, "ts_local_ns"), keys.height)
 
 
 @dataclass
@@ -136,8 +208,8 @@ class Timeline:
     _host: pl.DataFrame | None = field(default=None, repr=False)
     errors: dict[str, str] = field(default_factory=dict)
     read_stats: dict[str, Any] = field(default_factory=dict)       # parsers.IngestStats per capture read
-    # capture file -> its IPC file when the timeline is spilled (see module docstring)
-    _spilled: dict[str, str] = field(default_factory=dict, repr=False)
+    # capture file -> its files when the timeline is spilled (see module docstring)
+    _spilled: dict[str, Spilled] = field(default_factory=dict, repr=False)
     _spill_dir: str | None = field(default=None, repr=False)
     # metric table -> its IPC file when spilled (tables are spilled with the packet tables)
     _table_files: dict[str, str] = field(default_factory=dict, repr=False)
@@ -174,11 +246,7 @@ class Timeline:
             return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
         e = self._entry(which)
         if e.file in self._spilled:
-            path = self._spilled[e.file]
-            if columns is not None:
-                have = set(pl.read_ipc_schema(path))
-                columns = [c for c in columns if c in have]
-            return pl.read_ipc(path, columns=columns)
+            return self._spilled[e.file].read(e, columns)
         if e.file not in self._packets:
             raise BundleError(f"{e.file}: {self.errors.get(e.file, 'not a packet capture')}")
         df = self._packets[e.file]
@@ -188,7 +256,7 @@ class Timeline:
         """Return the column names of one capture's packet table."""
         e = self._entry(which)
         if e.file in self._spilled:
-            return list(pl.read_ipc_schema(self._spilled[e.file]))
+            return list(self._spilled[e.file].names)
         return self.packets(e).columns
 
     def _entry(self, which: str | CaptureEntry) -> CaptureEntry:
@@ -350,13 +418,16 @@ class DecryptedTables(_LazyTables):
 
 
 class _IpcTables(_LazyTables):
-    """Packet tables by capture file, each read from its IPC file only when asked for (not kept)."""
+    """The alignment's columns of spilled captures by capture file, each read from the capture's chunk
+    files only when asked for (not kept)."""
 
-    def __init__(self, files: dict[str, str]):
-        self._files = files
+    def __init__(self, raw: dict[str, list[str]], columns: dict[str, list[str]]):
+        self._raw, self._columns = raw, columns
+        self._files = {f: paths[0] for f, paths in raw.items()}     # where each capture's spill is
 
     def __getitem__(self, file: str) -> pl.DataFrame:
-        return pl.read_ipc(self._files[file])
+        cols = self._columns[file]
+        return pl.concat([pl.read_ipc(f, columns=cols) for f in self._raw[file]], rechunk=True)
 
 
 # Without the cache, spill the packet tables to disk when the bundle's packet captures hold more than this.
@@ -503,11 +574,13 @@ def _commit(tl: Timeline, build: Any, key: str) -> Timeline:
 
     from xlayer.timeline import cache as tcache
 
-    rel = {f: os.path.relpath(p, build) for f, p in tl._spilled.items()}
+    rel = {f: sp.relative(build) for f, sp in tl._spilled.items()}
+    # "packets": each capture's derived file (what completes its table); "spilled": all of its files
     meta = {"bundle": str(tl.bundle.path), "alignment": asdict(tl.alignment), "errors": tl.errors,
-            "read_stats": {f: st.as_dict() for f, st in tl.read_stats.items()}, "packets": rel}
+            "read_stats": {f: st.as_dict() for f, st in tl.read_stats.items()},
+            "packets": {f: r["derived"] for f, r in rel.items()}, "spilled": rel}
     entry = tcache.commit(build, key, meta)
-    tl._spilled = {f: str(entry.path / r) for f, r in rel.items()}
+    tl._spilled = {f: Spilled.under(entry.path, r) for f, r in rel.items()}
     tl._spill_dir = None
     tl._cached = entry
     return tl
@@ -529,8 +602,10 @@ def _from_entry(bundle: Bundle, entry: Any, bin_ns: int, modules: Sequence[Any])
         for k in ("linktypes", "malformed_reasons", "rt_layouts"):
             d[k] = Counter({(int(x) if k == "linktypes" else x): n for x, n in d[k].items()})
         stats[f] = IngestStats(**d)
-    spilled = {f: str(entry.path / r) for f, r in meta["packets"].items()}
-    for p in spilled.values():
+    spilled = {f: Spilled.under(entry.path, r) for f, r in meta["spilled"].items()}
+    if set(spilled) != set(meta["packets"]):
+        raise KeyError("packets")
+    for p in (f for sp in spilled.values() for f in sp.files()):
         if not os.path.isfile(p):
             raise OSError(f"{p}: missing from the cache entry")
     os.utime(entry.path / "meta.json")      # last use, for `xlayer cache list`
@@ -558,7 +633,7 @@ def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: 
         created.append(spill_dir)
     raw: dict[str, pl.DataFrame] = {}
     raw_files: dict[str, list[str]] = {}
-    align_files: dict[str, str] = {}
+    align_cols: dict[str, list[str]] = {}
     errors: dict[str, str] = {}
     read_stats: dict[str, IngestStats] = {}
     for n, e in enumerate(bundle.captures):
@@ -576,13 +651,11 @@ def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: 
             else:
                 d = os.path.join(spill_dir, f"{n:03d}")
                 os.makedirs(d)
-                raw_files[e.file], small = _spill_read(path, cols, list(mm.READ_COLS), d, decoder,
-                                                       stats=read_stats.setdefault(e.file, IngestStats()), keys=keys)
-                # what the alignment reads is held on disk too until every capture is read: reading the
-                # next capture then holds no earlier capture in memory beside its decoder's buffers
-                align_files[e.file] = os.path.join(d, "align.arrow")
-                small.write_ipc(align_files[e.file], compression="uncompressed")
-                del small
+                # what the alignment reads stays on disk too until every capture is read (it is read
+                # back from the chunk files): reading the next capture holds no earlier one in memory
+                raw_files[e.file], align_cols[e.file] = _spill_read(
+                    path, cols, list(mm.READ_COLS), d, decoder, stats=read_stats.setdefault(e.file, IngestStats()),
+                    keys=keys)
                 _release_freed_memory()
         except Exception as exc:  # noqa: BLE001 - one unreadable capture must not stop the others
             if _disk_full(exc):
@@ -593,33 +666,28 @@ def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: 
         progress("aligning clocks")
     # the alignment reads each capture's columns once, in turn: mapped back only then, so that one
     # capture's are in memory at a time rather than all four beside the alignment's working tables
-    al = align_bundle(bundle, reference, decoder=decoder, tables=_IpcTables(align_files) if spill_dir else raw)
-    for f in align_files.values():
-        os.remove(f)
+    al = align_bundle(bundle, reference, decoder=decoder,
+                      tables=_IpcTables(raw_files, align_cols) if spill_dir else raw)
     _release_freed_memory()
     tl = Timeline(bundle, al, bin_ns=bin_ns, modules=tuple(modules), errors=errors, _spill_dir=spill_dir,
                   read_stats=read_stats)
     if spill_dir is not None and spill_dir in created:
         # removed when the timeline goes, or at exit (after an exception, KeyboardInterrupt or Stop)
         weakref.finalize(tl, _remove_spill, spill_dir, os.getpid())
+    fragments = {"ip_mf", "ip_frag_offset", "ip_id"} <= set(cols)
     for e in bundle.captures:
-        if e.file not in (raw if spill_dir is None else raw_files):
+        if e.file in raw_files:
+            # The decoded chunks stay as they were written: only the columns the alignment and the flow
+            # keys change are written beside them (rewriting every column cost more than the decode).
+            tl._spilled[e.file] = _spill_derive(tl, e, raw_files.pop(e.file), fragments)
             continue
-        src: Any = raw.pop(e.file) if spill_dir is None else pl.scan_ipc(raw_files[e.file])
-        df = _with_flows(src.with_columns(
+        if e.file not in raw:
+            continue
+        df = _with_flows(raw.pop(e.file).with_columns(
             pl.lit(e.file, pl.String).alias("capture_file"), pl.lit(e.vantage, pl.String).alias("vantage"),
             pl.lit(e.clock, pl.String).alias("clock"), pl.lit(e.kind, pl.String).alias("kind")),
-            fragments={"ip_mf", "ip_frag_offset", "ip_id"} <= set(cols))
-        df = tl._align(df, e)
-        if spill_dir is None:
-            tl._packets[e.file] = df
-            continue
-        # One capture at a time, streamed chunk by chunk: transformed, written (mapped back zero-copy), raw removed.
-        path = os.path.join(os.path.dirname(raw_files[e.file][0]), "packets.arrow")
-        df.sink_ipc(path, compression="uncompressed")
-        for f in raw_files.pop(e.file):
-            os.remove(f)
-        tl._spilled[e.file] = path
+            fragments=fragments)
+        tl._packets[e.file] = tl._align(df, e)
     return tl
 
 
