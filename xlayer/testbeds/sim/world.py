@@ -155,6 +155,15 @@ def _defaults(ns, sc: dict) -> None:
     sd("ns3::TcpSocket::SndBufSize", ns.UintegerValue(sc["tcp_snd_buf"]))
     sd("ns3::TcpSocket::RcvBufSize", ns.UintegerValue(sc["tcp_rcv_buf"]))
     sd("ns3::TcpSocket::DelAckCount", ns.UintegerValue(2))
+    if sc.get("del_ack_timeout_ms") is not None:
+        sd("ns3::TcpSocket::DelAckTimeout", ns.TimeValue(ns.MicroSeconds(int(sc["del_ack_timeout_ms"] * 1000))))
+    if sc.get("bar_after_missed_ba") is not None:
+        sd("ns3::QosTxop::UseExplicitBarAfterMissedBlockAck", ns.BooleanValue(bool(sc["bar_after_missed_ba"])))
+    if sc.get("max_ampdu_bytes") is not None:
+        sd("ns3::WifiMac::BE_MaxAmpduSize", ns.UintegerValue(int(sc["max_ampdu_bytes"])))
+    if sc.get("rto_granularity_ms") is not None:
+        sd("ns3::TcpSocketBase::ClockGranularity",
+           ns.TimeValue(ns.MicroSeconds(int(sc["rto_granularity_ms"] * 1000))))
     sd("ns3::TcpSocketBase::MinRto", ns.TimeValue(ns.MicroSeconds(int(sc["min_rto_ms"] * 1000))))
     sd("ns3::WifiMacQueue::MaxSize", ns.StringValue(f"{sc['queue_packets']}p"))
     sd("ns3::WifiMacQueue::MaxDelay", ns.TimeValue(ns.MicroSeconds(int(sc["queue_max_delay_ms"] * 1000))))
