@@ -354,3 +354,14 @@ def test_sim_walkaway(tmp_path):
     kinds = [e["kind"] for e in truth["events"]]
     assert "walk_start" in kinds and "association_lost" in kinds
     assert {"rate_change", "handoff"} <= {c["cause"] for c in truth["causes"]}
+    # the handoff starts when the link delivers nothing any more (the last packet delivered to the station),
+    # which comes before the association is lost; the rate fall ends there
+    pk = pl.read_parquet(out / "truth_packets.parquet").filter((pl.col("station") == "sta0")
+                                                                & (pl.col("fate") == "delivered"))
+    last = pk.get_column("t_fate_ns").max() / 1e9
+    lost = next(e for e in truth["events"] if e["kind"] == "association_lost")["ts"]
+    (ho,) = [c for c in truth["causes"] if c["cause"] == "handoff"]
+    (rc,) = [c for c in truth["causes"] if c["cause"] == "rate_change"]
+    assert last <= lost + 1e-6
+    assert ho["start_ts"] == pytest.approx(last, abs=1e-6) and rc["end_ts"] == ho["start_ts"]
+    assert ho["numbers"]["association_lost_s"] >= ho["numbers"]["last_delivered_s"]

@@ -654,32 +654,42 @@ def walked_away(truth: dict, station: str, whose: str = "") -> tuple[bool, str]:
 
 def walk_causes(ctx, station: str, flow: str, walk_at: float) -> tuple[list[dict], tuple | None]:
     """Return the truth causes of a station walking away from its AP (a rate change and retries while its
-    rate falls, then the handoff when the association is lost) and the fall's (start, end, loss) in
-    simulated seconds (None if the rate did not fall before the loss)."""
+    rate falls, then the handoff once the link delivers nothing) and the fall's (start, end, handoff start)
+    in simulated seconds (None if the rate did not fall before the handoff).
+
+    The handoff starts at the last packet delivered to the station when that comes before the association
+    is lost (as in `roam`): the station stops answering before it stops hearing beacons, sent at the
+    lowest rate (at 80 MHz, 6 dB of bandwidth and more below data's), and what the AP sends it from then on
+    is lost, whichever rate it takes."""
     lost = _association_lost(ctx.truth, station)
     t_lost = ctx.sim_s(lost[0]["ts"]) if lost else None
+    dead = ctx.last_delivered(station) if t_lost is not None else None
+    t_gone = min(t_lost, dead) if dead is not None else t_lost
     ref = (TRAFFIC_START_S + 0.25, walk_at)
     who = {"flows": [flow], "stations": [station]}
     # the first half second after the walk starts whose median PHY rate is below 80 % of the
     # rate while standing still
     drop = ctx.rate_fall(station, walk_at, ref)
     out, fall = [], None
-    if drop is not None and (t_lost is None or drop < t_lost):
-        end = t_lost if t_lost is not None else ctx.seconds
-        fall = (drop, end, t_lost)
+    if drop is not None and (t_gone is None or drop < t_gone):
+        end = t_gone if t_gone is not None else ctx.seconds
+        fall = (drop, end, t_gone)
         nums = {"rate_mbps_before": ctx.rate_between(station, *ref),
                 "rate_mbps_during": ctx.rate_between(station, drop, end),
                 "goodput_mbps_before": ctx.goodput_between(flow, *ref),
                 "goodput_mbps_during": ctx.goodput_between(flow, drop, end)}
-        out.append(_cause(ctx, "rate_change", drop, t_lost, **who,
+        out.append(_cause(ctx, "rate_change", drop, t_gone, **who,
                           evidence="Minstrel lowers the PHY rate as the path loss grows", numbers=nums))
-        out.append(_cause(ctx, "mac_retries", drop, t_lost, role="secondary", **who,
+        out.append(_cause(ctx, "mac_retries", drop, t_gone, role="secondary", **who,
                           evidence="frames to the walking station need more attempts",
                           numbers={"retry_fraction_before": ctx.retry_fraction_between(station, *ref),
                                    "retry_fraction_during": ctx.retry_fraction_between(station, drop, end)}))
     if t_lost is not None:
-        out.append(_cause(ctx, "handoff", t_lost, None, **who,
-                          evidence="the station stops hearing beacons and drops the association"))
+        out.append(_cause(ctx, "handoff", t_gone, None, **who,
+                          evidence="the link delivers nothing to the station, which then stops hearing beacons "
+                                   "and drops the association",
+                          numbers={"last_delivered_s": round(dead, 6) if dead is not None else None,
+                                   "association_lost_s": round(t_lost, 6)}))
     return out, fall
 
 

@@ -294,6 +294,11 @@ class Context:
             t += step
         return None
 
+    def last_delivered(self, station: str) -> float | None:
+        """Return when (simulation s) the last downlink packet to `station` was delivered, or None."""
+        df = self.packets.filter((pl.col("station") == station) & (pl.col("fate") == "delivered"))
+        return (int(df.get_column("t_fate_ns").max()) - BASE) / 1e9 if df.height else None
+
     def first_rate_drop(self, station: str) -> float | None:
         """Return when the station's downlink PHY rate first fell below its early median."""
         tl = [b for b in self.truth["mac"]["stations"][station]["rate_timeline"] if b["attempts"] > 0]
