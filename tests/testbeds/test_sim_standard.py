@@ -131,3 +131,27 @@ def test_distances_keep_the_snr():
 def test_fragmentation_refused_on_ac():
     with pytest.raises(UnsupportedStandard, match="fragments MSDUs"):
         get_scenario("fragmentation", standard="ac")
+
+
+@pytest.mark.parametrize("std", ["ac", "ax"])
+def test_a_hidden_node_moves_to_the_bss_channel_offering_the_same_air(std):
+    from xlayer.testbeds.sim.random_scenario import build, ofdm_airtime_s
+    from xlayer.testbeds.sim.scenarios import MINSTREL_ASSUMED, Interferer, _interferer_for, frame_airtime_s
+
+    # a broadcast interferer at 36 Mbit/s (64-QAM 3/4: MCS 4) and a Minstrel one, counted at 24 Mbit/s
+    bc = Interferer("h", "sta0", 1.0, 2.0, data_mode="ErpOfdmRate36Mbps", packets_per_s=1500.0, size=1000)
+    mi = Interferer("h", "sta0", 1.0, 2.0, rate_manager="minstrel", data_mode=None, packets_per_s=2000.0, size=600)
+    nb, nm = _interferer_for(bc, "g", std), _interferer_for(mi, "g", std)
+    assert nb.data_mode == ("VhtMcs4" if std == "ac" else "HeMcs4") and nm.data_mode is None
+    assert frame_airtime_s(1000, "ErpOfdmRate36Mbps", "g") == pytest.approx(ofdm_airtime_s(1000, 36))
+    # the share of the air each offers is kept: frames a second x a frame's air time
+    for old, new, mode in ((bc, nb, bc.data_mode), (mi, nm, MINSTREL_ASSUMED)):
+        duty = old.packets_per_s * frame_airtime_s(old.size, mode, "g")
+        new_mode = new.data_mode or ("VhtMcs3" if std == "ac" else "HeMcs3")
+        assert new.packets_per_s * frame_airtime_s(new.size, new_mode, std) == pytest.approx(duty, rel=1e-3)
+        assert new.packets_per_s > 2 * old.packets_per_s      # an 80 MHz frame is far shorter
+    # n keeps its 802.11a interferer as drawn; a drawn hidden node moves with its scenario
+    assert _interferer_for(bc, "g", "n") == bc
+    (it,) = build(None, 933, std).interferers
+    (it_g,) = build(None, 933).interferers
+    assert it.near == it_g.near and it.packets_per_s > it_g.packets_per_s

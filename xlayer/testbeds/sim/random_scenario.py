@@ -2,7 +2,8 @@
 
 `build(seconds, seed, standard)` with a standard ("g", "n", "ac", "ax"; `xlayer sim random --standard`)
 runs the same draw there through `scenarios.for_standard` (distances that keep each link's SNR, the
-same kind of rate manager, UDP offered rates scaled with the lowest PHY rate) and a receive window for
+same kind of rate manager, UDP offered rates scaled with the lowest PHY rate, a hidden node on ac/ax a
+VHT/HE pair on the BSS's 80 MHz channel offering the same share of the air) and a receive window for
 that standard's path; a draw with fragmentation cannot run off 802.11g (ns-3 3.44 aborts).
 
 `draw(seed)` picks, with a `random.Random` of its own (nothing else in the run moves it), what the

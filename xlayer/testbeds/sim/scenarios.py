@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 # The bundle's files, by vantage: what a scenario's run writes.
 FILES = {
     "sniffer": "sniffer.pcap",
@@ -89,7 +91,7 @@ class Flow:
 
 @dataclass
 class Interferer:
-    """A hidden node: a transmitter outside the BSS (ad hoc, 802.11g) standing `offset_m` beyond station
+    """A hidden node: a transmitter outside the BSS (ad hoc, the BSS's channel) standing `offset_m` beyond station
     `near`, sending frames to its own peer from `start_s` to `end_s`, at a transmit power that makes its
     signal at that station about as strong as the AP's (`sinr_db` below it) and too weak at the AP to
     be detected (the AP does not defer to it)."""
@@ -343,7 +345,41 @@ def for_standard(sc: Scenario, std: str) -> Scenario:
     flows = [replace(fl, rate_bps=int(round(fl.rate_bps * k))) if fl.proto == "udp" and fl.rate_bps else fl
              for fl in sc.flows]
     return replace(sc, standard=std, stations=stations, flows=flows, rate_manager=rm, data_mode=data,
-                   control_mode=control)
+                   control_mode=control, interferers=[_interferer_for(it, sc.standard, std) for it in sc.interferers])
+
+
+MINSTREL_ASSUMED = "ErpOfdmRate24Mbps"   # a Minstrel interferer's frames are counted at this rate
+
+
+def frame_airtime_s(size: int, mode: str, std: str) -> float:
+    """Return the air time of a non-aggregated data frame of `size` payload bytes at ns-3 mode `mode` on
+    `std` (LLC/SNAP, the MAC header and FCS around it; VHT/HE: 80 MHz, one stream, ns-3's default GI)."""
+    from xlayer.timeline.airtime import ppdu_duration_ns, table_ndbps  # noqa: PLC0415 - plain math
+
+    if mode.startswith(("Vht", "He")):
+        phy = "vht" if mode.startswith("Vht") else "he"
+        mcs = int(mode.split("Mcs")[1])
+        nd = table_ndbps(np.array([phy]), np.array([mcs]), np.array([1]), np.array([80]))
+        tsym = 4.0 if phy == "vht" else 16.0
+        mbps, ext, hdr = nd / tsym, False, 26
+    else:
+        phy, mbps, ext, hdr = "ofdm", np.array([float(mode.split("Rate")[1].removesuffix("Mbps"))]), std == "g", 24
+        nd = None
+    ns_ = ppdu_duration_ns(np.array([size + 8 + hdr + 4.0]), mbps, np.array([phy]), np.array([1]), np.array([False]),
+                           np.array([False]), np.array([3.2]), np.array([ext]), ndbps=nd)
+    return float(ns_[0]) / 1e9
+
+
+def _interferer_for(it: Interferer, old: str, std: str) -> Interferer:
+    """Return hidden node `it` moved from `old` to `std`: on ac/ax a VHT/HE pair on the BSS's 80 MHz channel
+    (`world._interferer`) at the MCS of its rate, offering the same share of the air (frames a second
+    scaled by the frames' air time)."""
+    if std not in ("ac", "ax"):
+        return it
+    mode = _mode_for(it.data_mode, std) if it.data_mode else None
+    t_old = frame_airtime_s(it.size, it.data_mode or MINSTREL_ASSUMED, old)
+    t_new = frame_airtime_s(it.size, mode or _mode_for(MINSTREL_ASSUMED, std), std)
+    return replace(it, data_mode=mode, packets_per_s=round(it.packets_per_s * t_old / t_new, 1))
 
 
 def list_scenarios() -> list[tuple[str, str]]:
