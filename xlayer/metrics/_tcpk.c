@@ -477,6 +477,31 @@ done:
     return res;
 }
 
+/* Whether the ng + 1 group offsets run from 0 to n without going back (else ValueError naming `fn`); the
+ * largest group's size in *most. */
+static int groups_ok(const int64_t *off, Py_ssize_t ng, Py_ssize_t n, const char *fn, int64_t *most)
+{
+    int ok = off[0] == 0 && off[ng] == n;
+    int64_t m = 0;
+    for (Py_ssize_t g = 0; ok && g < ng; g++) {
+        ok = off[g] <= off[g + 1];
+        m = ok && off[g + 1] - off[g] > m ? off[g + 1] - off[g] : m;
+    }
+    if (!ok)
+        PyErr_Format(PyExc_ValueError, "%s: group offsets out of range", fn);
+    *most = m;
+    return ok;
+}
+
+/* The open-addressing table size for a group of `size` keys: a power of two, at most half full. */
+static int64_t table_size(int64_t size)
+{
+    int64_t c = 16;
+    while (c < 2 * size + 2)
+        c <<= 1;
+    return c;
+}
+
 PyDoc_STRVAR(numbered_doc,
 "numbered(off, vals, out)\n\n"
 "Rows in groups (group g: rows off[g]..off[g+1]); vals int64 (INT64_MIN: null, one value of its own).\n"
@@ -498,19 +523,11 @@ static PyObject *numbered(PyObject *self, PyObject *args)
     }
     const int64_t *off = offv.buf, *vals = vv.buf;
     uint8_t *out = outv.buf;
-    ok = off[0] == 0 && off[ng] == n;
-    int64_t most = 0;
-    for (Py_ssize_t g = 0; ok && g < ng; g++) {
-        ok = off[g] <= off[g + 1];
-        most = ok && off[g + 1] - off[g] > most ? off[g + 1] - off[g] : most;
-    }
-    if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "numbered: group offsets out of range");
+    int64_t most;
+    ok = groups_ok(off, ng, n, "numbered", &most);
+    if (!ok)
         goto done;
-    }
-    int64_t cap = 16;
-    while (cap < 2 * most + 2)
-        cap <<= 1;
+    int64_t cap = table_size(most);
     keys = malloc(sizeof(int64_t) * (size_t)cap);
     if (!keys) {
         PyErr_NoMemory();
@@ -520,9 +537,7 @@ static PyObject *numbered(PyObject *self, PyObject *args)
     uint64_t small[1024];
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t g = 0; g < ng && !bad; g++) {
-        int64_t size = off[g + 1] - off[g], c = 16, distinct = 0, has_null = 0;
-        while (c < 2 * size + 2)
-            c <<= 1;
+        int64_t size = off[g + 1] - off[g], c = table_size(size), distinct = 0, has_null = 0;
         int cleared = 0;
         memset(small, 0, sizeof small);
         for (int64_t i = off[g]; i < off[g + 1]; i++) {
@@ -698,19 +713,10 @@ static PyObject *first_distinct(PyObject *self, PyObject *args)
     }
     const int64_t *off = offv.buf, *vals = vv.buf;
     uint8_t *out = outv.buf;
-    int ok = off[0] == 0 && off[ng] == n;
-    int64_t most = 0;
-    for (Py_ssize_t g = 0; ok && g < ng; g++) {
-        ok = off[g] <= off[g + 1];
-        most = ok && off[g + 1] - off[g] > most ? off[g + 1] - off[g] : most;
-    }
-    if (!ok) {
-        PyErr_SetString(PyExc_ValueError, "first_distinct: group offsets out of range");
+    int64_t most;
+    if (!groups_ok(off, ng, n, "first_distinct", &most))
         goto done;
-    }
-    int64_t cap = 16;
-    while (cap < 2 * most + 2)
-        cap <<= 1;
+    int64_t cap = table_size(most);
     keys = malloc(sizeof(int64_t) * (size_t)cap);
     used = malloc((size_t)cap);
     if (!keys || !used) {
@@ -719,9 +725,7 @@ static PyObject *first_distinct(PyObject *self, PyObject *args)
     }
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t g = 0; g < ng; g++) {
-        int64_t c = 16;
-        while (c < 2 * (off[g + 1] - off[g]) + 2)
-            c <<= 1;                                 /* this group's table: cleared in proportion to it */
+        int64_t c = table_size(off[g + 1] - off[g]);  /* this group's table: cleared in proportion to it */
         memset(used, 0, (size_t)c);
         for (int64_t i = off[g]; i < off[g + 1]; i++) {
             uint64_t h = (uint64_t)vals[i] * 0x9E3779B97F4A7C15ULL;
