@@ -1,12 +1,16 @@
-/* The two per-record loops of reading a capture that numpy cannot vectorize, in C.
+/* The per-record loops of reading a capture that numpy cannot vectorize (or only slowly), in C.
  *
  * Walking record headers is a chain (each record's length says where the next one starts) and a
  * frame check sequence is one CRC-32 per frame: in Python both cost a few hundred ns per record and
  * hold the GIL. Here they cost a few ns per record, and the CRCs run with the GIL released, so that
  * another thread decodes meanwhile. Decryption's byte shuffling around the AES (counter blocks, the
  * XOR-and-scatter of key streams, headers, finding the bare 802.11 frames of a chunk) is here too:
- * numpy needed several gathers and scatters per frame's rows where one pass does. Everything else
- * stays numpy. parsers/accel.py loads this module; without it the numpy code gives the same results
+ * numpy needed several gathers and scatters per frame's rows where one pass does. So are two decoding
+ * loops: the first header bytes of every radiotap record and of the 802.11 frame behind it, copied in
+ * one pass (numpy's two gathers each met the bytes cold), and the TCP option walk (a chain: each
+ * option's length says where the next one starts; numpy stepped all rows one option at a time, with
+ * fast paths for the usual layouts that cost ~0.1 s per million segments). Everything else stays
+ * numpy. parsers/accel.py loads this module; without it the numpy code gives the same results
  * (tests compare them).
  *
  * Every read is bounds-checked against the buffer: the callers pass untrusted files.
@@ -433,6 +437,209 @@ static int int64_args(const char *fn, Py_ssize_t n, Py_buffer **bufs, int count)
     return 1;
 }
 
+PyDoc_STRVAR(tcp_options_doc,
+"tcp_options(buf, pos, hend, end) -> (tsval, tsecr, mss, wscale, sack_perm, sack_pos, sack_cnt, reason)\n\n"
+"The TCP option walk of parsers.layers.transport for each row (int64 buffers of one length): the options\n"
+"from pos[i] to the header's end hend[i], of which the bytes before end[i] were captured; None if a\n"
+"position lies outside buf (the caller's numpy walk then decides). EOL stops; NOP is one byte; a length\n"
+"byte past the header (reason 1), a length < 2 (2) or an option past the header (3) stop the walk; an\n"
+"option cut by end stops it; an MPTCP option shorter than 4 (4) stops it; a SACK length other than\n"
+"2 + 8n is reason 5 and stops the walk if the first SACK option has no whole block. The first MSS\n"
+"(length 4), window scale (3), timestamps (10; tsval shown when 6 bytes are captured) and SACK\n"
+"(where its blocks start, how many whole ones are captured) count; SACK-permitted counts with any\n"
+"length. int64 results, -1 where absent (sack_perm bool, reason int8: the first met, 0 none).");
+
+static inline int64_t be32_at(const uint8_t *p)
+{
+    return (int64_t)p[0] << 24 | (int64_t)p[1] << 16 | (int64_t)p[2] << 8 | (int64_t)p[3];
+}
+
+static PyObject *tcp_options(PyObject *self, PyObject *args)
+{
+    Py_buffer bv, pv, hv, ev;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*", &bv, &pv, &hv, &ev))
+        return NULL;
+    PyObject *out[8] = {NULL}, *res = NULL;
+    Py_ssize_t n = pv.len / (Py_ssize_t)sizeof(int64_t);
+    Py_buffer *arrays[] = {&pv, &hv, &ev};
+    if (!int64_args("tcp_options", n, arrays, 3))
+        goto done;
+    const uint8_t *b = bv.buf;
+    const int64_t size = bv.len, *pos = pv.buf, *hend = hv.buf, *end = ev.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (pos[i] < 0 || end[i] > size || hend[i] > ((int64_t)1 << 60)) {
+            Py_INCREF(Py_None);
+            res = Py_None;
+            goto done;
+        }
+    }
+    for (int k = 0; k < 8; k++) {
+        Py_ssize_t w = k == 4 || k == 7 ? 1 : (Py_ssize_t)sizeof(int64_t);
+        out[k] = PyBytes_FromStringAndSize(NULL, n * w);
+        if (out[k] == NULL)
+            goto done;
+    }
+    int64_t *tsval = (int64_t *)PyBytes_AS_STRING(out[0]), *tsecr = (int64_t *)PyBytes_AS_STRING(out[1]);
+    int64_t *mss = (int64_t *)PyBytes_AS_STRING(out[2]), *wscale = (int64_t *)PyBytes_AS_STRING(out[3]);
+    uint8_t *perm = (uint8_t *)PyBytes_AS_STRING(out[4]);
+    int64_t *sack_pos = (int64_t *)PyBytes_AS_STRING(out[5]), *sack_cnt = (int64_t *)PyBytes_AS_STRING(out[6]);
+    int8_t *reason = (int8_t *)PyBytes_AS_STRING(out[7]);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t p = pos[i], he = hend[i], en = end[i];
+        int64_t tv = -1, te = -1, ms = -1, ws = -1, sp = -1, sc = 0;
+        int seen = 0, pm = 0, why = 0;
+        /* the option bytes are at most 40, and every step moves on by one byte at least */
+        for (int step = 0; step < 64 && p < he && p < en; step++) {
+            int64_t kind = b[p];
+            if (kind == 1) {
+                p++;
+                continue;
+            }
+            if (kind == 0)
+                break;
+            if (p + 1 >= he) {
+                why = why ? why : 1;
+                break;
+            }
+            if (p + 1 >= en)
+                break;
+            int64_t len = b[p + 1];
+            if (len < 2) {
+                why = why ? why : 2;
+                break;
+            }
+            if (p + len > he) {
+                why = why ? why : 3;
+                break;
+            }
+            int mptcp = kind == 30 && len < 4;
+            if (mptcp)
+                why = why ? why : 4;
+            int whole = p + len <= en && !mptcp;
+            if (kind == 2 && len == 4 && whole && ms < 0)
+                ms = (int64_t)b[p + 2] << 8 | b[p + 3];
+            if (kind == 3 && len == 3 && whole && ws < 0)
+                ws = b[p + 2];
+            if (kind == 4)
+                pm = 1;
+            int ts = kind == 8 && len == 10 && tv < 0;
+            if (ts && p + 6 <= en)
+                tv = be32_at(b + p + 2);
+            if (ts && whole)
+                te = be32_at(b + p + 6);
+            int throws = 0;
+            if (kind == 5) {
+                int bad = (len - 2) % 8 != 0 || len == 2;
+                if (bad)
+                    why = why ? why : 5;
+                throws = bad && len < 10 && !seen;
+                seen = 1;
+                int64_t blocks = (len - 2) / 8, room = (en - p - 2) / 8;
+                if (room < blocks)
+                    blocks = room;
+                if (blocks > 0 && sp < 0) {
+                    sp = p + 2;
+                    sc = blocks;
+                }
+            }
+            p += len;
+            if (!whole || throws)
+                break;
+        }
+        tsval[i] = tv;
+        tsecr[i] = te;
+        mss[i] = ms;
+        wscale[i] = ws;
+        perm[i] = (uint8_t)pm;
+        sack_pos[i] = sp;
+        sack_cnt[i] = sc;
+        reason[i] = (int8_t)why;
+    }
+    Py_END_ALLOW_THREADS
+    res = Py_BuildValue("(OOOOOOOO)", out[0], out[1], out[2], out[3], out[4], out[5], out[6], out[7]);
+done:
+    for (int k = 0; k < 8; k++)
+        Py_XDECREF(out[k]);
+    PyBuffer_Release(&bv);
+    PyBuffer_Release(&pv);
+    PyBuffer_Release(&hv);
+    PyBuffer_Release(&ev);
+    return res;
+}
+
+PyDoc_STRVAR(gather_ahead_doc,
+"gather_ahead(buf, offset, head_width, next_width) -> (head, after, next)\n\n"
+"For each record at offset[i] (an int64 buffer): head, the head_width bytes there; after, offset[i]\n"
+"plus the little-endian u16 at head bytes 2-3 (radiotap's it_len; int64 bytes); next, the next_width\n"
+"bytes at after. Bytes at or past buf's end read as 0 and bytes before its start as buf[0], as\n"
+"parsers.columnar.gather.rows_bytes reads them. One pass with the GIL released: the second gather\n"
+"finds its bytes in cache, where two numpy gathers each met them cold.");
+
+/* rows_bytes' value of byte at position p (numpy's clip-then-mask of window()) */
+static inline uint8_t byte_window(const uint8_t *b, int64_t size, int64_t p)
+{
+    if (size <= 0 || p >= size)
+        return 0;
+    return b[p < 0 ? 0 : p];
+}
+
+static inline void copy_row(uint8_t *dst, const uint8_t *b, int64_t size, int64_t p, int64_t w)
+{
+    if (p >= 0 && p <= size - w) {
+        memcpy(dst, b + p, (size_t)w);
+        return;
+    }
+    for (int64_t j = 0; j < w; j++)
+        dst[j] = byte_window(b, size, p + j);
+}
+
+static PyObject *gather_ahead(PyObject *self, PyObject *args)
+{
+    Py_buffer bv, ov;
+    int hw, nw;
+    if (!PyArg_ParseTuple(args, "y*y*ii", &bv, &ov, &hw, &nw))
+        return NULL;
+    PyObject *head_b = NULL, *after_b = NULL, *next_b = NULL, *res = NULL;
+    Py_ssize_t n = ov.len / (Py_ssize_t)sizeof(int64_t);
+    Py_buffer *arrays[] = {&ov};
+    if (!int64_args("gather_ahead", n, arrays, 1))
+        goto done;
+    if (hw < 4 || hw > 4096 || nw < 1 || nw > 4096) {
+        PyErr_SetString(PyExc_ValueError, "gather_ahead: widths must be 4..4096 and 1..4096");
+        goto done;
+    }
+    head_b = PyBytes_FromStringAndSize(NULL, n * hw);
+    after_b = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+    next_b = PyBytes_FromStringAndSize(NULL, n * nw);
+    if (!head_b || !after_b || !next_b)
+        goto done;
+    const uint8_t *b = bv.buf;
+    const int64_t size = bv.len, *off = ov.buf;
+    uint8_t *head = (uint8_t *)PyBytes_AS_STRING(head_b), *next = (uint8_t *)PyBytes_AS_STRING(next_b);
+    int64_t *after = (int64_t *)PyBytes_AS_STRING(after_b);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + 8 < n && off[i + 8] >= 0 && off[i + 8] < size)   /* a hint: records lie far apart */
+            prefetch(b + off[i + 8]);
+        uint8_t *h = head + i * (Py_ssize_t)hw;
+        copy_row(h, b, size, off[i], hw);
+        int64_t a = off[i] + ((int64_t)h[2] | (int64_t)h[3] << 8);
+        after[i] = a;
+        copy_row(next + i * (Py_ssize_t)nw, b, size, a, nw);
+    }
+    Py_END_ALLOW_THREADS
+    res = Py_BuildValue("(OOO)", head_b, after_b, next_b);
+done:
+    Py_XDECREF(head_b);
+    Py_XDECREF(after_b);
+    Py_XDECREF(next_b);
+    PyBuffer_Release(&bv);
+    PyBuffer_Release(&ov);
+    return res;
+}
+
+
 PyDoc_STRVAR(ctr_blocks_doc,
 "ctr_blocks(prefix, width, first, nb) -> bytes\n\n"
 "Counter blocks of n frames one after another: nb[i] blocks for frame i, each its 16 - width prefix\n"
@@ -855,6 +1062,8 @@ static PyMethodDef methods[] = {
     {"put_headers", put_headers, METH_VARARGS, put_headers_doc},
     {"radiotap_fcs", radiotap_fcs, METH_VARARGS, radiotap_fcs_doc},
     {"dontneed", dontneed, METH_VARARGS, dontneed_doc},
+    {"gather_ahead", gather_ahead, METH_VARARGS, gather_ahead_doc},
+    {"tcp_options", tcp_options, METH_VARARGS, tcp_options_doc},
     {"pcap_walk", pcap_walk, METH_VARARGS, pcap_walk_doc},
     {"pcapng_walk", pcapng_walk, METH_VARARGS, pcapng_walk_doc},
     {"crc32_many", crc32_many, METH_VARARGS, crc32_many_doc},

@@ -73,6 +73,28 @@ def dontneed(buf, start: int, length: int) -> None:
     _walk.dontneed(buf, start, length)
 
 
+def gather_ahead(buf, offset: np.ndarray, head_width: int, next_width: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return (head (n, head_width) uint8, after int64, next (n, next_width) uint8): the bytes at each
+    offset, offset + the u16 LE at head bytes 2-3, and the bytes there, as parsers.columnar.gather.rows_bytes
+    reads them (zero past buf's end), from one pass in C with the GIL released."""
+    head, after, nxt = _walk.gather_ahead(buf, _i64(offset), head_width, next_width)
+    n = len(offset)
+    return (np.frombuffer(head, np.uint8).reshape(n, head_width), np.frombuffer(after, np.int64),
+            np.frombuffer(nxt, np.uint8).reshape(n, next_width))
+
+
+def tcp_options(buf, pos: np.ndarray, hend: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """Return (tsval, tsecr, mss, wscale, sack_perm, sack_pos, sack_cnt, reason) of the TCP option walk
+    of each row (see _walk.tcp_options; int64, -1 where absent; sack_perm bool; reason int8 codes, 0
+    none), from one pass in C with the GIL released; None if a position lies outside buf."""
+    got = _walk.tcp_options(buf, _i64(pos), _i64(hend), _i64(end))
+    if got is None:
+        return None
+    kinds = (np.int64,) * 4 + (np.bool_, np.int64, np.int64, np.int8)
+    return tuple(np.frombuffer(b, t) for b, t in zip(got, kinds))
+
+
 def _i64(a) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 

@@ -8,13 +8,16 @@ import numpy as np
 import numpy.ma  # noqa: F401 - np.unique imports it at its first call (~18 ms), i.e. inside a read
 import pyarrow as pa
 
+from parsers.columnar import accel
 from parsers.columnar.columns import IP_COLUMNS, MAC_COLUMNS, ColumnBuilder, Projection
 from parsers.columnar.span import KIND_DOT11, Span, concat, handed_on
 from parsers.decode import registry
 from parsers.decode.decrypt import KEY_KINDS, MIC_TEXTS, Plain, PlainChunk
 from parsers.decode.reference import decode_record
 from parsers.formats.records import RecordChunk
+from parsers.layers.dot11 import WINDOW as DOT11_WINDOW
 from parsers.layers.dot11 import decode_plain_body
+from parsers.layers.radiotap import gather_ahead
 
 # The iface column is UInt16 (parsers.schema); the pcapng reader describes at most that many
 # interfaces, and a record with a larger id from any container is marked here, never wrapped.
@@ -75,6 +78,9 @@ def decode_chunk(chunk: RecordChunk, columns: Sequence[str] | Projection | None 
     if chunk.fcs_first is not None and proj.decodes("fcs"):
         out.fcs_verdicts = (chunk.fcs_first, chunk.offset + chunk.caplen, chunk.fcs_ok)
     out.ahead = chunk.ahead
+    if out.ahead is None and n and accel.AVAILABLE and proj.decodes("link"):
+        # no walk thread made them: one C pass costs less than the decoders' two numpy gathers
+        out.ahead = gather_ahead(chunk.data, chunk.offset, chunk.linktype, DOT11_WINDOW)
     unfit = iface_unfit(chunk.iface)
     if unfit is not None:   # before any layer: a row's first reason is the one kept
         out.malformed(np.flatnonzero(unfit), IFACE_TOO_LARGE)

@@ -43,6 +43,7 @@ import zlib
 
 import numpy as np
 
+from parsers.columnar import accel
 from parsers.layers import phyrate
 from parsers.columnar.columns import ColumnBuilder
 from parsers.layers.fcs import crc_ok
@@ -769,6 +770,9 @@ def gather_ahead(buf: np.ndarray, offset: np.ndarray, linktype: np.ndarray, widt
     if not len(offset) or not (linktype == LINKTYPE).all():
         return {}
     start = offset.astype(np.int64, copy=False)
+    if accel.AVAILABLE:     # the same bytes, the second gather served from cache
+        head, after, nxt = accel.gather_ahead(buf, start, HEAD, width)
+        return {"radiotap": (start, head), "dot11": (after, nxt)}
     head = rows_bytes(buf, start, HEAD)
     after = start + (head[:, 2].astype(np.int64) | head[:, 3].astype(np.int64) << 8)
     return {"radiotap": (start, head), "dot11": (after, rows_bytes(buf, after, width))}
