@@ -437,7 +437,9 @@ def _without_copies(seg: pl.DataFrame, tcp: pl.DataFrame) -> pl.DataFrame:
         return seg
     # the sender numbers its IP packets (as the tcp module decides it)
     n = pl.col("k_id").n_unique()
-    info = tcp.group_by("g").agg(((pl.col("k_id") >= 0).all() & (n >= 2) & (n * 4 >= pl.len())).alias("idinfo"))
+    # (counted over the directions that retransmit only: the rows of the others would be counted for nothing)
+    info = tcp.filter(pl.col("g").is_in(rows.get_column("g").unique().implode())).group_by("g").agg(
+        ((pl.col("k_id") >= 0).all() & (n >= 2) & (n * 4 >= pl.len())).alias("idinfo"))
     # only the segments at a retransmission's sequence number can be judged or be its twin: the others are
     # left out before their identity columns are made (`network_copies` would leave them out after)
     at = seg.lazy().join(seg.lazy().filter(pl.col("retx")).select("g", "seq_u").unique(), on=["g", "seq_u"],
@@ -451,9 +453,50 @@ def _without_copies(seg: pl.DataFrame, tcp: pl.DataFrame) -> pl.DataFrame:
     return seg.join(copies.select("g", "frame"), on=["g", "frame"], how="anti") if copies.height else seg
 
 
+# the prepared columns `rtt_samples` (and `_without_copies`) read
+_RTT_READ = ("g", "fid", "frame", "ts_ns", "k_id", "payload", "tcp_ack", "ack_flag", "tsval", "tsecr", "span",
+             "seq_u", "end_u", "retx")
+
+
+def _by_frame(df: pl.DataFrame) -> pl.DataFrame:
+    """Return `df` (distinct frames) in frame order: sorted only when it is not already (a join kept it)."""
+    return df if df.get_column("frame").is_sorted() and not df.get_column("frame").null_count() else df.sort("frame")
+
+
+def _gt(col: str) -> pl.Expr:
+    """A direction and a TSval (`col`) as one int64 ``_gt`` (`_echo_key`): joins on one column instead of two."""
+    return (pl.col("g").cast(pl.Int64) * _BIG + pl.col(col).cast(pl.Int64)).alias("_gt")
+
+
+def _echo_key(stamped: pl.DataFrame, echo: pl.DataFrame) -> list[str]:
+    """Return the columns the ts_echo samples match a segment's TSval to an ACK's TSecr by: ``_gt`` (`_gt`:
+    direction and value as one int64) when every direction number and value fits it exactly, else
+    (g, tsval), the ACKs' TSecr renamed tsval."""
+    ok = all(df.height == 0 or df.select((pl.col("g").null_count() == 0) & (pl.col("g").min() >= 0)
+                                         & (pl.col("g").max() < _HALF)
+                                         & (pl.col(c).min() >= 0) & (pl.col(c).max() < _BIG)).item()
+             for df, c in ((stamped, "tsval"), (echo, "tsecr")))
+    if ok:
+        return ["_gt"]
+    return ["g", "tsval"]
+
+
+def _unwrapped(df: pl.DataFrame, col: str, by: str) -> pl.Series:
+    """Return `_unwrap(col, by)` of `df` (rows in capture order, `col` not null), by the compiled kernel's
+    one pass when built."""
+    if not tcpmod.KERNEL or df.select((pl.col(by).min() < 0) | pl.col(by).is_null().any()).item():
+        return df.select(_unwrap(col, by)).to_series()
+    n = df.height
+    seq_u, prev = np.empty(n, np.int64), np.empty(n, np.int64)
+    tcpmod._tcpk.seq_track(df.get_column(by).cast(pl.Int64).to_numpy(), df.get_column(col).cast(pl.Int64).to_numpy(),
+                           np.zeros(n, np.int64), seq_u, prev)
+    return pl.Series(col, seq_u)
+
+
 def rtt_samples(prep: Prepared) -> pl.DataFrame:
     """Return the `rtt` table of one prepared capture (seq_ack with Karn's rule, and ts_echo samples)."""
-    tcp = prep.df.filter(pl.col("is_tcp"))
+    # (lazily: the filter copies only the columns read below, not the flow names and packet identities)
+    tcp = prep.df.lazy().filter(pl.col("is_tcp")).select(_RTT_READ).collect()
     if tcp.height == 0:
         return conform(None, RTT)
     seg = _without_copies(tcp.filter(pl.col("span") > 0), tcp) \
@@ -463,48 +506,61 @@ def rtt_samples(prep: Prepared) -> pl.DataFrame:
     # that direction's sequence space.
     acks = tcp.filter(pl.col("ack_flag") & pl.col("tcp_ack").is_not_null()).select(
         (pl.col("g") ^ 1).alias("g"), "frame", "ts_ns", "tcp_ack", "tsecr")
-    acks = acks.join(seg.select("g").unique(), on="g", how="semi").sort("frame")  # directions that sent data
-    acks = acks.with_columns(_unwrap("tcp_ack", "g").alias("ack_u")).drop("tcp_ack")
+    acks = _by_frame(acks.join(seg.select("g").unique(), on="g", how="semi"))  # directions that sent data
+    acks = acks.with_columns(_unwrapped(acks, "tcp_ack", "g").alias("ack_u")).drop("tcp_ack")
     base = (seg.group_by("g").agg(pl.col("seq_u").first().alias("_s0"))
             .join(acks.group_by("g").agg(pl.col("ack_u").first().alias("_a0")), on="g"))
     base = base.select("g", (((pl.col("_s0") - pl.col("_a0") + _HALF) // _BIG) * _BIG).alias("_shift"))
-    acks = acks.join(base, on="g").with_columns(pl.col("ack_u") + pl.col("_shift")).sort("frame")
+    acks = _by_frame(acks.join(base, on="g").with_columns(pl.col("ack_u") + pl.col("_shift")))
     out = []
     # seq_ack: the ACKs that advance the cumulative acknowledgement, each matched to the segments it
     # newly covers; the sample comes from the most recently sent of them.
     adv = (acks.filter((pl.col("ack_u") > pl.col("ack_u").cum_max().shift(1).over("g")).fill_null(True))
            .select("g", pl.col("frame").alias("ack_frame"), pl.col("ts_ns").alias("ack_ts"), "ack_u").sort("ack_u"))
     # (the columns read below only: each sort then copies these, not every column of the segments)
+    rising = all(seg.get_column(c).null_count() == 0 and seg.get_column(c).is_sorted() for c in ("ts_ns", "frame"))
     m = seg.select("g", "fid", "frame", "ts_ns", "end_u", "retx", "later").sort("end_u").join_asof(
         adv, left_on="end_u", right_on="ack_u", by="g", strategy="forward", check_sortedness=False)
     m = (m.filter(pl.col("ack_frame").is_not_null() & (pl.col("ack_ts") >= pl.col("ts_ns")))
-         .sort("ts_ns", "frame").unique("ack_frame", keep="last")
+         .select("fid", "frame", "ts_ns", "retx", "later", "ack_frame", "ack_ts")
+         # per ACK the segment latest by (time, frame): windows on one integer key instead of a sort; with the
+         # times rising in frame order (as a capture's almost always do) the latest frame is that segment
+         .filter(pl.lit(rising) | (pl.col("ts_ns") == pl.col("ts_ns").max().over("ack_frame")))
+         .filter(pl.col("frame") == pl.col("frame").max().over("ack_frame"))
          .filter(~(pl.col("retx") | pl.col("later"))))
     out.append(m.select("fid", pl.col("ack_ts").alias("ts_ns"), (pl.col("ack_ts") - pl.col("ts_ns")).alias("rtt_ns"),
-                        pl.col("frame").alias("data_frame"), "ack_frame", pl.lit("seq_ack").alias("method")))
+                        pl.col("frame").alias("data_frame"), "ack_frame", pl.lit(False).alias("_m")))
     # ts_echo: the first segment carrying a TSval, to the first ACK after it echoing that TSval.  A
     # retransmission with a fresh TSval is unambiguous (RFC 7323); a TSval carried by two copies of the
     # same bytes is not (which copy the echo answers is unknown), so it is skipped.
-    grp = ["g", "tsval"]
     stamped = seg.filter(pl.col("tsval").is_not_null())
+    echo = acks.filter(pl.col("tsecr").is_not_null() & (pl.col("tsecr") != 0))
+    grp = _echo_key(stamped, echo)
+    if grp == ["_gt"]:
+        stamped = stamped.with_columns(_gt("tsval"))
+        echo = echo.with_columns(_gt("tsecr"))
     first = stamped.group_by(grp).agg(pl.col("fid", "frame", "ts_ns").first(), pl.col("retx").any())
     # Only a TSval that also rides on a retransmission can cover the same bytes twice: check those few.
     suspect = stamped.join(first.filter(pl.col("retx")).select(grp), on=grp, how="semi").sort("frame")
     again = suspect.filter(pl.col("seq_u") < pl.col("end_u").cum_max().shift(1).over(grp)).select(grp).unique()
     first = first.join(again, on=grp, how="anti").sort("ts_ns")
-    echo = (acks.filter(pl.col("tsecr").is_not_null() & (pl.col("tsecr") != 0))
-            .select("g", pl.col("tsecr").alias("tsval"), pl.col("frame").alias("ack_frame"),
-                    pl.col("ts_ns").alias("ack_ts")).sort("ack_ts"))
+    echo = (echo.select(*grp, pl.col("frame").alias("ack_frame"), pl.col("ts_ns").alias("ack_ts"))
+            .sort("ack_ts") if grp == ["_gt"] else
+            echo.select("g", pl.col("tsecr").alias("tsval"), pl.col("frame").alias("ack_frame"),
+                        pl.col("ts_ns").alias("ack_ts")).sort("ack_ts"))
     e = first.join_asof(echo, left_on="ts_ns", right_on="ack_ts", by=grp, strategy="forward",
                         check_sortedness=False).filter(pl.col("ack_frame").is_not_null())
     out.append(e.select("fid", pl.col("ack_ts").alias("ts_ns"), (pl.col("ack_ts") - pl.col("ts_ns")).alias("rtt_ns"),
-                        pl.col("frame").alias("data_frame"), "ack_frame", pl.lit("ts_echo").alias("method")))
-    # sorted by the flow name's rank and the method's (seq_ack < ts_echo): integers, not strings
+                        pl.col("frame").alias("data_frame"), "ack_frame", pl.lit(True).alias("_m")))
+    # sorted by the flow name's rank and the method's (seq_ack < ts_echo): integers, not strings; the
+    # strings are added to the sorted rows (a sort gathers every column it carries)
     names = prep.flows.select("fid", "flow", pl.col("flow").rank("dense").alias("_fr"))
-    res = (pl.concat(out).join(names, on="fid")
+    res = (pl.concat(out).join(names.select("fid", "_fr"), on="fid")
+           .sort("_fr", "ts_ns", "_m", "data_frame")
+           .join(names.select("fid", "flow"), on="fid", how="left", maintain_order="left")
            .with_columns(pl.lit(prep.vantage).alias("vantage"), pl.lit(prep.capture_file).alias("capture_file"),
-                         (pl.col("method") == "ts_echo").alias("_m"))
-           .sort("_fr", "ts_ns", "_m", "data_frame").drop("fid", "_fr", "_m"))
+                         pl.when(pl.col("_m")).then(pl.lit("ts_echo")).otherwise(pl.lit("seq_ack")).alias("method"))
+           .drop("fid", "_fr", "_m"))
     return conform(res, RTT)
 
 
@@ -520,20 +576,45 @@ class Keyed:
     names: pl.DataFrame    # fh -> flow, conn, dir, src, dst
     span: tuple[int, int]  # first and last record time on the reference clock
     ordered: bool = False  # df is in (fh, ts_ns, frame) order (`keyed`), the order `pair_tables` works in
+    ids: int = 0           # ``_k`` numbers the identities 0..ids-1 across the keys of one `numbered_ids` /
+    #                        `exact_ids` call (0: ``_k`` are the identities' hashes)
 
 
 def keyed(prep: Prepared) -> Keyed:
     """Return one row per packet identity of a prepared capture: first frame, its time, copies seen, and
     ``_k``: the identity's 64-bit hash, one column to join captures on (`exact_ids` makes it exact)."""
     # sorted once here, in the order every pair of captures reads it (a capture is upstream in several)
-    df = (prep.df.group_by(list(_KEY))
-          .agg(pl.col("frame").first(), pl.col("ts_ns").first(), pl.len().cast(pl.Int32).alias("n"))
-          .with_columns(pl.struct(list(_KEY)).hash().alias("_k")).sort("frame"))
+    df = _identities(prep.df)
+    if df is None:
+        df = (prep.df.group_by(list(_KEY))
+              .agg(pl.col("frame").first(), pl.col("ts_ns").first(), pl.len().cast(pl.Int32).alias("n"))
+              .with_columns(pl.struct(list(_KEY)).hash().alias("_k")).sort("frame"))
     # times rising with the frames (as a capture's almost always do): a stable sort by flow is the whole sort
     df = df.sort("fh", maintain_order=True) if df["ts_ns"].is_sorted() else df.sort("fh", "ts_ns", "frame")
     names = prep.flows.select(pl.col("flow").hash().alias("fh"), "flow", "conn", "dir", "src", "dst")
     span = (prep.df["ts_ns"].min(), prep.df["ts_ns"].max()) if prep.height else (0, 0)
     return Keyed(prep.vantage, prep.capture_file, df, names, span, ordered=True)
+
+
+def _identities(df: pl.DataFrame) -> pl.DataFrame | None:
+    """Return `keyed`'s rows (_KEY, first frame, its time, n, _k) of prepared rows in frame order, in the order
+    of their first frames: each identity's first row, found by its hash (one integer column, not a group-by
+    on six), with the copies counted among the rows whose hash repeats (few); None when the rows are not in
+    frame order or two identities share a hash (then the group-by on the identity itself decides)."""
+    if not df["frame"].is_sorted() or df["frame"].null_count():
+        return None
+    k = df.select(*_KEY, "frame", "ts_ns", pl.struct(list(_KEY)).hash().alias("_k"))
+    again = k.get_column("_k").is_duplicated()
+    first = k.filter(k.get_column("_k").is_first_distinct())
+    if not again.any():
+        return first.select(*_KEY, "frame", "ts_ns", pl.lit(1, pl.Int32).alias("n"), "_k")
+    per = k.filter(again).group_by("_k").agg(
+        pl.len().cast(pl.Int32).alias("n"),
+        pl.any_horizontal(*(pl.col(c).min() != pl.col(c).max() for c in _KEY)).alias("_x"))
+    if per.get_column("_x").any():
+        return None
+    return first.join(per.select("_k", "n"), on="_k", how="left", maintain_order="left").select(
+        *_KEY, "frame", "ts_ns", pl.col("n").fill_null(1), "_k")
 
 
 def exact_ids(keys: list[Keyed]) -> list[Keyed]:
@@ -549,7 +630,57 @@ def exact_ids(keys: list[Keyed]) -> list[Keyed]:
         return keys
     ids = s.select(_KEY).unique().with_row_index("_k").with_columns(pl.col("_k").cast(pl.UInt64))
     return [Keyed(k.vantage, k.capture_file, k.df.drop("_k").join(ids, on=list(_KEY), how="left", maintain_order="left"),
-                  k.names, k.span, k.ordered) for k in keys]
+                  k.names, k.span, k.ordered, ids.height) for k in keys]
+
+
+def numbered_ids(keys: list[Keyed]) -> list[Keyed]:
+    """Return `keys` with ``_k`` numbering the distinct packet identities across all of them 0..n-1
+    (`Keyed.ids` = n; `exact_ids` checks the hashes the same way), so that the pairwise steps find an
+    identity's row in another capture by indexing an array (`_rows_of`) instead of joining on a hash."""
+    frames = [k.df.select("_k", *_KEY) for k in keys if k.df.height]
+    if not frames:
+        return keys
+    s = pl.concat(frames).with_row_index("_r").sort("_k")
+    same_k = pl.col("_k") == pl.col("_k").shift(1)
+    other = pl.any_horizontal(pl.col(c) != pl.col(c).shift(1) for c in _KEY)
+    if s.select((same_k & other).any()).item():
+        return exact_ids(keys)          # two identities share a hash: numbered by the identities themselves
+    # the hashes are exact: the sorted hashes' run numbers, put back in the rows' order
+    run = s.select((~same_k).fill_null(True).cum_sum().cast(pl.Int64) - 1).to_series().to_numpy()
+    dense = np.empty(s.height, np.uint64)
+    dense[s.get_column("_r").to_numpy()] = run
+    n = int(run[-1]) + 1
+    out, at = [], 0
+    for k in keys:
+        h = k.df.height
+        if h:
+            df = k.df.with_columns(pl.Series("_k", dense[at:at + h], pl.UInt64))
+            at += h
+            k = Keyed(k.vantage, k.capture_file, df, k.names, k.span, k.ordered, n)
+        out.append(k)
+    return out
+
+
+def _rows_of(ids: int, k: pl.Series) -> np.ndarray:
+    """Return per identity number 0..ids-1 its row in `k` (the ``_k`` column of rows with distinct
+    identities), -1 where absent."""
+    pos = np.full(ids, -1, np.int64)
+    pos[k.to_numpy()] = np.arange(len(k))
+    return pos
+
+
+def _matched(left: pl.DataFrame, right: pl.DataFrame, ids: int, how: str = "inner") -> pl.DataFrame:
+    """Return `left` joined on ``_k`` with `right` (distinct ``_k``, numbered by `numbered_ids`: ``ids``), left's
+    rows in their order with right's other columns beside (`how` "left": null where unmatched), by array
+    look-ups instead of a hash join."""
+    at = _rows_of(ids, right.get_column("_k"))[left.get_column("_k").to_numpy()]
+    hit = at >= 0
+    if how == "inner":
+        left, at = left.filter(pl.Series(hit)), at[hit]
+        idx = pl.Series("_i", at)
+    else:
+        idx = pl.Series("_i", at).to_frame().select(pl.when(pl.col("_i") >= 0).then(pl.col("_i"))).to_series()
+    return left.hstack(right.drop("_k").select(pl.all().gather(idx)).get_columns())
 
 
 def rfc3550_jitter(abs_d: pl.Expr) -> pl.Expr:
@@ -589,8 +720,9 @@ def pair_tables(a: Keyed, b: Keyed, flows: pl.Series | None = None,
         ak, bk = ak.filter(pl.col("fh").is_in(flows.implode())), bk.filter(pl.col("fh").is_in(flows.implode()))
     bk = bk.select("_k", pl.col("frame").alias("frame_b"), pl.col("ts_ns").alias("ts_b"), pl.col("n").alias("n_b"))
     # on the identity's number (`exact_ids`): one integer column instead of six
-    lk = (ak.filter(pl.col("n") == 1).select("fh", "_k", pl.col("frame").alias("frame_a"), "ts_ns")
-          .join(bk, on="_k", how="left", maintain_order="left").drop("_k"))
+    lk = ak.filter(pl.col("n") == 1).select("fh", "_k", pl.col("frame").alias("frame_a"), "ts_ns")
+    ids = a.ids if a.ids and a.ids == b.ids else 0
+    lk = (_matched(lk, bk, ids, "left") if ids else lk.join(bk, on="_k", how="left", maintain_order="left")).drop("_k")
     if not a.ordered:
         lk = lk.sort("fh", "ts_ns", "frame_a")
     lk = lk.with_columns(pl.when(pl.col("n_b") == 1).then(pl.col("ts_b") - pl.col("ts_ns")).alias("owd_ns"))
@@ -699,7 +831,8 @@ def _paths(keys: list[Keyed], ok: list[int]) -> pl.DataFrame:
     # (the pivot's rows picked by the join itself, not every row joined and then filtered)
     at_piv = (allk.join(piv_of.select("fh", pl.col("piv").alias("cap")), on=["fh", "cap"])
               .select("_k", pl.col("ts_ns").alias("_tp")))
-    d = (allk.join(at_piv, on="_k").group_by("fh", "cap")
+    ids = keys[ok[0]].ids if all(keys[i].ids == keys[ok[0]].ids for i in ok) else 0
+    d = ((_matched(allk, at_piv, ids) if ids else allk.join(at_piv, on="_k")).group_by("fh", "cap")
          .agg((pl.col("ts_ns") - pl.col("_tp")).median().alias("d"))
          .join(names.select("fh", "conn", "dir", "src", "dst"), on="fh").join(pivot, on="conn"))
     rev = d.select("conn", "cap", pl.when(pl.col("dir") == "a").then(pl.lit("b")).otherwise(pl.lit("a")).alias("dir"),
@@ -727,10 +860,10 @@ def _paths(keys: list[Keyed], ok: list[int]) -> pl.DataFrame:
         .when(fwd).then(1).otherwise(-1).alias("_sg"))
     path = (d.sort("fh", "pos", "_sg", "cap").select("fh", "cap")
             .with_columns(pl.int_range(pl.len(), dtype=pl.Int32).over("fh").alias("rank")))
-    return _refine(path, allk, names)
+    return _refine(path, allk, names, ids)
 
 
-def _refine(path: pl.DataFrame, allk: pl.DataFrame, names: pl.DataFrame) -> pl.DataFrame:
+def _refine(path: pl.DataFrame, allk: pl.DataFrame, names: pl.DataFrame, ids: int = 0) -> pl.DataFrame:
     """Return the path order with neighbours swapped where their own delay says the order is reversed.
 
     A distance from a far pivot is a median of delays spread by every queue between them: two
@@ -750,7 +883,7 @@ def _refine(path: pl.DataFrame, allk: pl.DataFrame, names: pl.DataFrame) -> pl.D
         pairs = adjacent.filter(pl.col("rank") % 2 == p % 2)
         if pairs.height == 0:
             break
-        known = _pair_medians(adjacent, rev, allk, known)
+        known = _pair_medians(adjacent, rev, allk, known, ids)
         med = known
         cmp = (pairs.join(rev, on="fh", how="left")
                .join(med.rename({"_a": "cap"}), on=["fh", "cap", "_b"], how="left")
@@ -768,9 +901,11 @@ def _refine(path: pl.DataFrame, allk: pl.DataFrame, names: pl.DataFrame) -> pl.D
     return path.sort("fh", "rank")
 
 
-def _pair_medians(pairs: pl.DataFrame, rev: pl.DataFrame, allk: pl.DataFrame, known: pl.DataFrame) -> pl.DataFrame:
+def _pair_medians(pairs: pl.DataFrame, rev: pl.DataFrame, allk: pl.DataFrame, known: pl.DataFrame,
+                  ids: int = 0) -> pl.DataFrame:
     """Return `known` (fh, _a, _b, _d) with the median delay from capture _a to _b added for each pair of
-    `pairs` (fh, cap, _b) and its conversation's reverse flow (`rev`: fh -> _rfh) not in it yet."""
+    `pairs` (fh, cap, _b) and its conversation's reverse flow (`rev`: fh -> _rfh) not in it yet (``_k``
+    numbered 0..ids-1 by `numbered_ids`: matched by array look-ups)."""
     want = pairs.join(rev, on="fh", how="left")
     want = pl.concat([want.select("fh", "cap", "_b"),
                       want.filter(pl.col("_rfh").is_not_null()).select(pl.col("_rfh").alias("fh"), "cap", "_b")]).unique()
@@ -783,7 +918,8 @@ def _pair_medians(pairs: pl.DataFrame, rev: pl.DataFrame, allk: pl.DataFrame, kn
     down = allk.filter(pl.col("cap").is_in(want["_b"].unique().implode())).partition_by("cap", as_dict=True)
     meds = [known]
     for (ca, cb), g in sorted(a.partition_by("_a", "_b", as_dict=True).items()):
-        m = g.join(down[(cb,)].select("_k", "ts_ns"), on="_k")
+        at_b = down[(cb,)].select("_k", "ts_ns")
+        m = _matched(g, at_b, ids) if ids else g.join(at_b, on="_k")
         meds.append(m.group_by("fh").agg((pl.col("ts_ns") - pl.col("_ta")).median().alias("_d"))
                     .select("fh", pl.lit(ca, pl.Int32).alias("_a"), pl.lit(cb, pl.Int32).alias("_b"), "_d"))
     return pl.concat(meds, how="vertical_relaxed")
@@ -803,7 +939,7 @@ def between_keyed(keys: list[Keyed], guard_min_ns: int = LOSS_GUARD_MIN_NS,
     schemas = {"owd": OWD, "loss": LOSS, "loss_bursts": LOSS_BURSTS}
     if len(ok) < 2:
         return {n: conform(None, schemas[n]) for n in schemas}
-    keys = exact_ids(keys)
+    keys = numbered_ids(keys)
     path = _paths(keys, ok)
     last = path.group_by("fh").agg(pl.col("rank").max().alias("_last"))
     pj = path.join(path, on="fh", suffix="_d").filter(pl.col("rank") < pl.col("rank_d")).join(last, on="fh")
@@ -852,5 +988,6 @@ def build(tl: Timeline) -> dict[str, pl.DataFrame]:
 
 
 __all__ = ["LOSS_GUARD_MIN_NS", "MAC_RETRY_WINDOW_NS", "NEEDS", "SERIES_MAX_GAP_NS", "TABLES", "Keyed", "Prepared",
-           "between_captures", "between_keyed", "build", "flow_series", "flow_totals", "keyed", "loss_runs", "orient",
+           "between_captures", "between_keyed", "build", "flow_series", "flow_totals", "keyed", "loss_runs",
+           "numbered_ids", "orient",
            "owd_pair", "pair_tables", "prepare", "rfc3550_jitter", "rtt_samples"]

@@ -210,7 +210,7 @@ def prepare(df: pl.DataFrame) -> pl.DataFrame:
     # Rows in (conn, dir, frame) order, sorted and windowed by integers: "_g" numbers the directions in
     # their sort order, "_c" the conns.  (The numbers are found on the two key columns alone, and the rows
     # sorted before the columns below are added: each copy of the table then holds fewer columns.)
-    t = t.with_columns(with_sorted_ids(t.select(G), G, "_g").get_column("_g"))
+    t = t.with_columns(_direction_ids(t))
     # rows in frame order (a capture's are): a stable sort by the one integer is the whole sort
     t = t.sort("_g", maintain_order=True) if t["frame"].is_sorted() else t.sort("_g", "frame")
     f = pl.col("tcp_flags").cast(pl.Int64).fill_null(0)
@@ -225,6 +225,17 @@ def prepare(df: pl.DataFrame) -> pl.DataFrame:
     if KERNEL:
         return _state_kernel(t, order)
     return _state_polars(t, order, back)
+
+
+def _direction_ids(t: pl.DataFrame) -> pl.Series:
+    """Return ``_g`` of `prepare`'s rows (categorical conn, enum dir): `with_sorted_ids` of (conn, dir), the
+    distinct pairs found on one integer column (the two codes) and the rows numbered through it."""
+    if t.height == 0 or t.get_column("dir").null_count() or t.get_column("conn").null_count():
+        return with_sorted_ids(t.select(G), G, "_g").get_column("_g")
+    code = (pl.col("conn").to_physical().cast(pl.Int64) * 2 + pl.col("dir").to_physical().cast(pl.Int64)).alias("_cd")
+    c = t.select(code, *G)
+    ids = c.unique("_cd").sort(G).with_row_index("_g").select("_cd", "_g")
+    return c.select("_cd").join(ids, on="_cd", how="left", maintain_order="left").get_column("_g")
 
 
 def _state_polars(t: pl.DataFrame, order: pl.Series, back: pl.Series) -> pl.DataFrame:
@@ -688,7 +699,9 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
         *G, "seq_u", pl.col("frame").alias("o_frame"), pl.col("ts_ns").alias("o_ts"), pl.col("len").alias("o_len"),
         pl.col("ip_id").cast(pl.Int64).alias("o_ipid"), pl.col("tcp_tsval").cast(pl.Int64).alias("o_tsval"),
         pl.col("end_u").alias("o_end"))
-    cand = cand.join(firsts, on=[*G, "seq_u"], how="left")
+    # (the few rows at a candidate's sequence number joined, not every segment start: a left join hashes them)
+    cand = cand.join(firsts.filter(pl.col("seq_u").is_in(cand.get_column("seq_u").implode())), on=[*G, "seq_u"],
+                     how="left")
     cover = firsts.sort("seq_u").rename({c: "c" + c for c in firsts.columns if c.startswith("o_")}) \
         .rename({"seq_u": "c_seq"})
     cand = cand.sort("seq_u").join_asof(cover, left_on="seq_u", right_on="c_seq", by=G, strategy="backward",
