@@ -16,6 +16,9 @@
    then put root first (`xlayer.attribution.causality`): a consequence whose delay the measurements
    show another finding made ranks right after it and says why.  An incident nothing explains is
    kept, cause None.
+4. A drop whose root cause measures its own episode (``episode`` in the cause module: MAC retries
+   that rose before the goodput fell and went on after it) is widened to it, never into a
+   neighbouring drop or event: the incident shows when the cause began, not only its symptom.
 """
 from __future__ import annotations
 
@@ -174,6 +177,32 @@ def _join_same_root(scored: list[tuple[Window, list[CauseFinding]]], score: Call
     return out
 
 
+def _with_episodes(ctx: Context, scored: list[tuple[Window, list[CauseFinding]]]) -> list[tuple[Window, list[CauseFinding]]]:
+    """Return the scored windows with each drop widened to its root cause's episode, where the cause
+    measures one (``episode(ctx, window, finding)`` in its module): the cause began before the goodput
+    fell and may outlast the drop.  A window never grows into a neighbouring drop or event window."""
+    by_name = {m.NAME: m for m in causes()}
+    spans = sorted((w.start_ns, w.end_ns) for w, _ in scored if w.kind != "sustained")
+    out = []
+    for w, found in scored:
+        root = next((f for f in found if f.explained_by is None), None)
+        mod = by_name.get(root.cause) if root is not None else None
+        ep = mod.episode(ctx, w, root) if w.kind == "drop" and mod is not None and hasattr(mod, "episode") else None
+        if ep is None:
+            out.append((w, found))
+            continue
+        before = max([e for s, e in spans if e <= w.start_ns] or [ep[0]])
+        after = min([s for s, e in spans if s >= w.end_ns and (s, e) != (w.start_ns, w.end_ns)] or [ep[1]])
+        start, end = min(w.start_ns, max(ep[0], before)), max(w.end_ns, min(ep[1], after))
+        if (start, end) != (w.start_ns, w.end_ns):
+            root.numbers["episode"] = [start / NS, end / NS]
+            if start < w.start_ns:
+                root.summary += f"; it began {(w.start_ns - start) / NS:.1f} s before the goodput fell"
+            w = Window(start, end, w.flows, w.stations, w.kind, w.proposer, w.drop)
+        out.append((w, found))
+    return out
+
+
 def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
             progress: Callable[[str], None] | None = None) -> Analysis:
     """Return the incidents of a bundle (or its timeline), each with its ranked causes and evidence."""
@@ -210,6 +239,7 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
     say(f"scoring {len(mods)} causes")
     scored = _join_same_root([(w, _score(ctx, mods, w)) for w in windows], lambda w: _score(ctx, mods, w),
                              int(cfg.merge_gap_s * NS))
+    scored = _with_episodes(ctx, scored)
     incidents = []
     shared: list[str] = []
     for w, found in scored:

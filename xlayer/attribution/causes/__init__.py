@@ -5,7 +5,9 @@ colour in the report), ``MEANING`` (one line: what it means), ``score(ctx, windo
 `xlayer.attribution.incidents.CauseFinding` (or None when it finds no evidence in the window), and
 optionally ``propose(ctx)`` returning windows the cause sees by itself — conditions that hold for a
 whole run (a slow station's airtime share, RTS/CTS always on) or events that start an incident (a
-station lost its association).  Causes read metric tables (`ctx.table`), never packet tables.
+station lost its association), and ``episode(ctx, window, finding)`` returning the span (start_ns,
+end_ns) over which the cause, found as a drop's root, was at work around it (the incident is widened
+to it).  Causes read metric tables (`ctx.table`), never packet tables.
 Adding a cause is one file here and one entry in `CAUSES`.
 """
 from __future__ import annotations

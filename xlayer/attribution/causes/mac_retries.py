@@ -9,7 +9,9 @@ AP's transmit line spent retransmitting (`delay` table: retry time over service 
 the drops.  A deaf receiver behind a persistent MAC is one MPDU retried for a second: a small retry
 fraction of the transmissions, most of the line's time.  A burst shorter than the drop (a hidden
 node) is seen in a station's worst half-second step against its worst step outside the drops (or,
-with too little outside, the window's median step).
+with too little outside, the window's median step).  A drop it is the root of spans its episode: the
+0.1 s steps around the drop in which its most retried station's retry fraction stood well above that
+station's usual one (`episode`), since a hidden node starts before the goodput falls and may outlast it.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from dataclasses import replace
 import polars as pl
 
 from xlayer.attribution.causes import delaysplit
-from xlayer.attribution.causes.base import LEAD_NS, Context, Window, clip01, frames
+from xlayer.attribution.causes.base import LEAD_NS, NS, Context, Window, clip01, frames
 from xlayer.attribution.incidents import CauseFinding
 
 NAME = "mac_retries"
@@ -228,3 +230,68 @@ def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
                          "per_station": per.select("station", "attempts", "retries").to_dicts()},
                         stations=per["station"].to_list(), flows=ctx.flows_of(per["station"].to_list()),
                         frames=frames(att.filter(pl.col("retry")), "MAC retry"))
+
+
+# The episode of a drop's retries: where its station's retry fraction stood above its usual level.
+EPISODE_STEP_NS = 100_000_000     # steps of the retry-fraction series
+EPISODE_MIN_ATTEMPTS = 10         # a step's fraction counts from this many transmissions
+EPISODE_Z = 3.0                   # standard errors above the usual fraction (binomial) that make a step elevated
+EPISODE_MIN_RISE = 0.05           # ... and at least this much above it
+EPISODE_MAX_NS = 2 * NS           # the episode is looked for this far either side of the drop
+
+
+
+def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
+    """Return (start_ns, end_ns) of the run of steps around the drop in which the finding's most
+    retried station sent retries well above its own usual fraction, or None when none does.
+
+    A hidden node or a burst of interference starts before the goodput it costs falls (TCP rides
+    out the first retries; its timers fire later) and may outlast the drop: the incident spans both.
+    A step is elevated when its retry fraction is EPISODE_Z binomial standard errors and
+    EPISODE_MIN_RISE above the station's fraction outside every drop and outside the span searched.
+    """
+    if not f.stations:
+        return None
+    st = f.stations[0]
+    lo, hi = w.start_ns - EPISODE_MAX_NS, w.end_ns + EPISODE_MAX_NS
+    att = ctx.between("attempts", lo, hi).filter(pl.col("station") == st)
+    if att.height < MIN_ATTEMPTS:
+        return None
+    usual = ctx.outside("attempts").filter((pl.col("station") == st) & ((pl.col("ts_ns") < lo) | (pl.col("ts_ns") >= hi)))
+    if usual.height < MIN_ATTEMPTS:
+        usual = ctx.outside("attempts").filter(pl.col("station") == st)
+    if usual.height < MIN_ATTEMPTS:
+        return None
+    p0 = float(usual["retry"].mean())
+    steps = (att.group_by(((pl.col("ts_ns") - lo) // EPISODE_STEP_NS).alias("k"))
+             .agg(pl.len().alias("n"), pl.col("retry").sum().alias("r")).sort("k"))
+    nsteps = int((hi - lo) // EPISODE_STEP_NS) + 1
+    state = [0] * nsteps          # 1 elevated, -1 not, 0 too few transmissions to say
+    for k, n, r in steps.iter_rows():
+        if 0 <= k < nsteps and n >= EPISODE_MIN_ATTEMPTS:
+            q = r / n
+            se = (max(p0, 1.0 / n) * (1.0 - p0) / n) ** 0.5
+            state[k] = 1 if q >= p0 + max(EPISODE_Z * se, EPISODE_MIN_RISE) else -1
+    first = (w.start_ns - lo) // EPISODE_STEP_NS
+    last = (w.end_ns - 1 - lo) // EPISODE_STEP_NS
+    inside = [k for k in range(first, last + 1) if state[k] == 1]
+    if not inside:
+        return None
+    # On/off bursts (a hidden node's) leave quiet steps inside the episode: runs apart by no more
+    # than the drops' own merge gap are one, as drop windows are.
+    gap = max(1, int(round(ctx.cfg.merge_gap_s * NS / EPISODE_STEP_NS)))
+    return lo + _grow(state, inside[0], -1, gap) * EPISODE_STEP_NS, lo + (_grow(state, inside[-1], +1, gap) + 1) * EPISODE_STEP_NS
+
+
+def _grow(state: list[int], k: int, d: int, gap: int) -> int:
+    """Return the last elevated step reached from step k going in direction d, across runs of at most
+    `gap` steps that are not elevated."""
+    quiet = 0
+    j = k
+    while 0 <= j + d < len(state) and quiet <= gap:
+        j += d
+        if state[j] == 1:
+            k, quiet = j, 0
+        else:
+            quiet += 1
+    return k

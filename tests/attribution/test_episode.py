@@ -1,0 +1,95 @@
+"""The episode of a drop's MAC retries: the incident spans the retries that began before the goodput fell."""
+from __future__ import annotations
+
+import polars as pl
+
+from xlayer.attribution.analyze import _with_episodes
+from xlayer.attribution.causes import mac_retries
+from xlayer.attribution.causes.base import Window
+from xlayer.attribution.drops import DropConfig
+from xlayer.attribution.incidents import CauseFinding
+
+NS = 1_000_000_000
+T0 = 1_700_000_000 * NS
+STEP = NS // 10
+
+
+def _attempts(retry_share: dict[int, float], steps: int = 100, per_step: int = 100, station: str = "A") -> pl.DataFrame:
+    """Return `per_step` transmissions every 0.1 s for `steps` steps; in step k a share retry_share.get(k, 0.03)
+    of them (evenly spread, no randomness) are retries."""
+    ts, retry = [], []
+    for k in range(steps):
+        share = retry_share.get(k, 0.03)
+        n_retry = round(share * per_step)
+        for i in range(per_step):
+            ts.append(T0 + k * STEP + i * (STEP // per_step))
+            retry.append(i * n_retry // per_step != (i + 1) * n_retry // per_step)
+    return pl.DataFrame({"ts_ns": ts, "station": [station] * len(ts), "retry": retry})
+
+
+class _Ctx:
+    def __init__(self, att: pl.DataFrame, quiet: list[tuple[int, int]]) -> None:
+        self.att = att
+        self.quiet = quiet
+        self.cfg = DropConfig()
+
+    def between(self, name: str, s: int, e: int, col: str = "ts_ns") -> pl.DataFrame:
+        return self.att.filter((pl.col(col) >= s) & (pl.col(col) < e))
+
+    def outside(self, name: str, col: str = "ts_ns") -> pl.DataFrame:
+        df = self.att
+        for s, e in self.quiet:
+            df = df.filter((pl.col(col) < s) | (pl.col(col) >= e))
+        return df
+
+
+def _finding() -> CauseFinding:
+    return CauseFinding("mac_retries", 0.8, "retries", stations=["A"])
+
+
+def _at(step: int) -> int:
+    return T0 + step * STEP
+
+
+def test_on_off_retries_before_and_after_the_drop_make_its_episode():
+    # retries 40 % from 4.0 s to 6.0 s, with one quiet step (5.0 s) inside: a hidden node's bursts
+    burst = {k: 0.4 for k in range(40, 60) if k != 50}
+    drop = Window(_at(52), _at(56))
+    ctx = _Ctx(_attempts(burst), [(drop.start_ns, drop.end_ns)])
+    assert mac_retries.episode(ctx, drop, _finding()) == (_at(40), _at(60))
+
+
+def test_retries_as_high_all_along_make_no_episode():
+    everywhere = {k: 0.4 for k in range(100)}
+    drop = Window(_at(52), _at(56))
+    ctx = _Ctx(_attempts(everywhere), [(drop.start_ns, drop.end_ns)])
+    assert mac_retries.episode(ctx, drop, _finding()) is None
+
+
+def test_a_burst_apart_from_the_drop_by_more_than_the_merge_gap_is_not_its_episode():
+    # an earlier burst (3.0-3.5 s), then 0.5 s of usual retries, then the drop's own (4.0-4.6 s)
+    burst = {**{k: 0.4 for k in range(30, 35)}, **{k: 0.4 for k in range(40, 46)}}
+    drop = Window(_at(41), _at(46))
+    ctx = _Ctx(_attempts(burst), [(drop.start_ns, drop.end_ns)])
+    assert mac_retries.episode(ctx, drop, _finding()) == (_at(40), _at(46))
+
+
+def test_no_elevated_step_inside_the_drop_makes_no_episode():
+    burst = {k: 0.4 for k in range(30, 35)}
+    drop = Window(_at(52), _at(56))
+    ctx = _Ctx(_attempts(burst), [(drop.start_ns, drop.end_ns)])
+    assert mac_retries.episode(ctx, drop, _finding()) is None
+
+
+def test_an_incident_widens_to_its_episode_but_not_into_its_neighbour():
+    burst = {k: 0.4 for k in range(40, 60)}
+    drop = Window(_at(52), _at(56))
+    earlier = Window(_at(30), _at(45))          # a drop of its own, explained by something else
+    ctx = _Ctx(_attempts(burst), [(earlier.start_ns, earlier.end_ns), (drop.start_ns, drop.end_ns)])
+    other = CauseFinding("ap_queue_overflow", 0.9, "queue")
+    out = _with_episodes(ctx, [(earlier, [other]), (drop, [_finding()])])
+    (w0, _), (w1, f1) = out
+    assert (w0.start_ns, w0.end_ns) == (earlier.start_ns, earlier.end_ns)
+    assert (w1.start_ns, w1.end_ns) == (earlier.end_ns, _at(60))
+    assert f1[0].numbers["episode"] == [earlier.end_ns / NS, _at(60) / NS]
+    assert "before the goodput fell" in f1[0].summary
