@@ -92,6 +92,43 @@ def covered(starts: np.ndarray, ends: np.ndarray):  # noqa: ANN201 (returns a ve
     return f
 
 
+def _per_capture(files: pl.Series) -> list[np.ndarray | slice]:
+    """Return the row indices of each air capture file (null as one more), or one slice of all rows if one."""
+    codes = files.fill_null("").rank("dense").cast(pl.Int64).to_numpy() if files.len() else np.zeros(0, np.int64)
+    if files.len() == 0 or codes.max() == codes.min():
+        return [slice(None)]
+    order = np.argsort(codes, kind="stable")
+    cuts = np.flatnonzero(np.diff(codes[order])) + 1
+    return np.split(order, cuts)
+
+
+def _wired_ns(out: pl.DataFrame, owd: pl.DataFrame, wired: list[str]) -> pl.Series:
+    """Return per row of `out` (capture_file, frame) the owd_ns of the first `owd` row whose b side is that
+    packet and whose a side is one of the `wired` captures (null if none)."""
+    res = np.zeros(out.height, np.int64)
+    found = np.zeros(out.height, bool)
+    ofile = out.get_column("capture_file")
+    for f in ofile.unique().drop_nulls().to_list():
+        # per capture file, on the frame numbers: sorted integer arrays instead of a join on strings
+        w = (owd.lazy().filter((pl.col("capture_file_b") == f) & pl.col("capture_file_a").is_in(wired)
+                               & pl.col("frame_b").is_not_null())
+             .select("frame_b", "owd_ns").collect())
+        if w.height == 0:
+            continue
+        fb = w.get_column("frame_b").to_numpy()
+        frames, first = np.unique(fb, return_index=True)     # the first row of each frame number, in owd order
+        vals = w.get_column("owd_ns").gather(first)
+        rows = np.flatnonzero((ofile == f).to_numpy())
+        fr = out.get_column("frame").gather(rows).to_numpy()
+        k = np.minimum(np.searchsorted(frames, fr), len(frames) - 1)
+        hit = frames[k] == fr
+        v = vals.gather(k[hit])
+        ok = v.is_not_null().to_numpy()
+        res[rows[hit][ok]] = v.drop_nulls().to_numpy()
+        found[rows[hit][ok]] = True
+    return pl.Series("wired_ns", res, pl.Int64).scatter(np.flatnonzero(~found), None)
+
+
 def decompose(down: pl.DataFrame, owd: pl.DataFrame | None = None, wired: list[str] | None = None) -> pl.DataFrame:
     """Return the `delay` table of a `downlink` table (and of the `owd` rows from the `wired` captures)."""
     m = down.filter(pl.col("first_air_ts_ns").is_not_null() & pl.col("sojourn_ns").is_not_null()
@@ -118,9 +155,7 @@ def decompose(down: pl.DataFrame, owd: pl.DataFrame | None = None, wired: list[s
     # Completions are per air capture: two air captures (two APs' channels) are two transmit lines.
     hol = np.empty(len(arrive), dtype=np.int64)
     waited_retry = np.zeros(len(arrive), dtype=np.int64)
-    files = m["air_capture_file"].fill_null("").to_numpy()
-    for f in np.unique(files):
-        i = np.flatnonzero(files == f)
+    for i in _per_capture(m.get_column("air_capture_file")):
         d = np.sort(done[i])
         k = np.searchsorted(d, tx0[i], side="left")          # completions strictly before the start
         prev = np.where(k > 0, d[np.maximum(k - 1, 0)], np.iinfo(np.int64).min)
@@ -134,12 +169,7 @@ def decompose(down: pl.DataFrame, owd: pl.DataFrame | None = None, wired: list[s
         pl.Series("fragments_ns", after - retry), pl.Series("retry_ns", retry), pl.Series("service_ns", done - hol),
         pl.Series("ap_ns", done - arrive))
     if owd is not None and owd.height and wired:
-        w = (owd.filter(pl.col("capture_file_b").is_in(out["capture_file"].unique().to_list())
-                        & pl.col("capture_file_a").is_in(wired))
-             .select(pl.col("capture_file_b").alias("capture_file"), pl.col("frame_b").alias("frame"),
-                     pl.col("owd_ns").alias("wired_ns"))
-             .unique(["capture_file", "frame"], keep="first"))
-        out = out.join(w, on=["capture_file", "frame"], how="left")
+        out = out.with_columns(_wired_ns(out, owd, wired))
     return conform(out.sort("ts_ns", "capture_file", "frame"), DELAY)
 
 

@@ -243,7 +243,12 @@ def _usable_air(air: pl.DataFrame) -> pl.DataFrame:
             air = air.with_columns(pl.lit(None).alias(c))
     # A record malformed past its MAC header still counts as a transmission; its IP fields are used
     # only in a first fragment, whose IP packet goes on in the next fragments ("total length past end").
-    air = air.with_row_index("_i").filter(pl.col("wlan_type").is_not_null() & ~pl.col("fcs_bad").fill_null(False))
+    usable = air.select((pl.col("wlan_type").is_not_null() & ~pl.col("fcs_bad").fill_null(False)).alias("ok"))
+    air = air.with_row_index("_i")
+    # (nearly always every record is: a filter would copy every column of the capture for nothing)
+    if not usable.get_column("ok").all():
+        air = air.filter(usable.get_column("ok"))
+    del usable
     # transmission start: the PPDU's end (the last stamp of an A-MPDU) less its airtime
     # a first fragment's IP length is the whole packet's, not what the fragment carries
     frag0 = pl.col("wlan_more_frag").fill_null(False)
@@ -671,6 +676,29 @@ _MERGE_COLS = ("air_capture_file", "first_air_frame", "first_air_ts_ns", "_start
 def _merge_groups(m: pl.DataFrame, by: str) -> pl.DataFrame:
     """Return one row per `by`: the matched MSDU groups of one packet merged (normally just one)."""
     m = m.select(by, *_MERGE_COLS, "match", "match_confidence")
+    # A packet matched by one group (nearly all) is its own merge: the group-by, a hash of every row and a
+    # list built per group, is left to the few with several.
+    several = m.get_column(by).is_duplicated()
+    merged = _merge_several(m.filter(several), by)
+    if merged.height == m.height:
+        return merged
+    return pl.concat([_merge_one(m.filter(~several), by).cast(merged.schema), merged])
+
+
+def _merge_one(m: pl.DataFrame, by: str) -> pl.DataFrame:
+    """Return `_merge_several` of rows each alone in its `by` group, column by column (no group-by)."""
+    return m.select(
+        by, "match", "match_confidence", "air_capture_file", "first_air_frame", "first_air_ts_ns", "_start",
+        "mac_seq", "tid", "ta", "ra", "useq", "gid", "last_air_frame", "last_air_ts_ns",
+        # as the aggregations make of one row: a sum ignores a null, so does any(); a null list explodes to none
+        pl.col("n_attempts").fill_null(0), pl.col("n_retries").fill_null(0), "n_fragments",
+        pl.col("rates_mbps").fill_null(pl.lit([], pl.List(pl.Float64))), pl.col("ampdu").fill_null(False),
+        pl.when(pl.col("acked_by") != "none").then(pl.col("acked_by")).otherwise(pl.lit("none")).alias("acked_by"),
+        "ack_frame")
+
+
+def _merge_several(m: pl.DataFrame, by: str) -> pl.DataFrame:
+    """Return one row per `by` of the matched groups `m` (`_merge_groups`'s columns), merged by a group-by."""
     return m.sort("first_air_frame").group_by(by).agg(
         pl.col("match").first(), pl.col("match_confidence").first(),
         *(pl.col(c).first() for c in ("air_capture_file", "first_air_frame", "first_air_ts_ns", "_start", "mac_seq",
@@ -748,7 +776,9 @@ def _rank_within(d: pl.DataFrame, by: list[str], order: list[pl.Expr]) -> pl.Ser
 
 def _dequeued_since_previous(ts: pl.Series, groups: pl.DataFrame) -> pl.Series:
     """Return per wired packet whether the AP started sending some downlink MPDU since the previous packet's arrival."""
-    ev = np.sort(groups.filter(pl.col("direction") == "down").get_column("_start").drop_nulls().to_numpy())
+    # lazily: the filter copies the one column read, not every column of the groups
+    ev = np.sort(groups.lazy().filter(pl.col("direction") == "down").select("_start").collect()
+                 .get_column("_start").drop_nulls().to_numpy())
     t = ts.to_numpy()
     order = np.argsort(t, kind="stable")
     st = t[order]
@@ -1177,8 +1207,9 @@ def _with_protected(m: pl.DataFrame, pairs: pl.DataFrame, groups: pl.DataFrame) 
 def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Return (per wired downlink packet `_w`: its groups and fate in one air capture, gid -> _w map); `shift`:
     `clock_correction`, for the keyless pairs."""
-    g = a["groups"].filter((pl.col("direction") == "down") & pl.col("key").is_not_null())
-    g = g.with_columns((pl.col("_start") + SLACK_NS).alias("_t")).sort("_t")
+    # lazily: only the columns the matches keep are filtered and sorted, not every column of the groups
+    g = (a["groups"].lazy().filter((pl.col("direction") == "down") & pl.col("key").is_not_null())
+         .select("key", *_MERGE_COLS, (pl.col("_start") + SLACK_NS).alias("_t")).sort("_t").collect())
     m = g.join_asof(w.select("_w", "key", pl.col("ts_ns").alias("_wts")).sort("_wts"), left_on="_t",
                     right_on="_wts", by="key", strategy="nearest", tolerance=MATCH_WINDOW_NS + SLACK_NS,
                     check_sortedness=False)
@@ -1215,10 +1246,10 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
         pl.when(matched).then(pl.col("_tid")).when(have_p).then(pl.col("_ptid")).otherwise(pl.col("_qtid"))
         .alias("_tid")).drop("ta", "_pta", "_psra", "_ptid", "_qta", "_qsra", "_qtid")
     # the space as one integer for the windows below (four columns, three of them strings, hashed once)
+    # (labelled by its first row: one hashing pass, where a join on the four columns copied every column of `d`)
     space = ["station", "_sta", "_sra", "_tid"]
-    ids = d.select(space).unique().with_row_index("_p")
-    d = d.join(ids, on=space, how="left", nulls_equal=True, maintain_order="left")
-    del ids
+    d = d.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_p")) \
+        .with_columns(pl.col("_p").first().over(space))
     part = ["_p"]
     # in wired order within each space (the windows order the rows: sorting every column would copy them)
     order = ["ts_ns", "frame"]
@@ -1238,9 +1269,9 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
     d = d.with_columns(pl.when(pl.col("_hp").is_not_null() & (pl.col("_seg") > 0)).then(pl.col("_rank") - 1)
                        .otherwise(pl.col("_rank")).alias("_rank")).drop("_hp", "_seg", "_deq", "_p")
     # a station whose traffic is protected and none of whose packets could be paired is not judged
-    prot = a["groups"].filter(pl.col("direction") == "down").group_by("station").agg(
+    prot = a["groups"].lazy().filter(pl.col("direction") == "down").group_by("station").agg(
         (pl.col("protected").mean() > 0.5).alias("_prot")).join(
-        d.lazy().filter(matched).select("station").unique().collect(), on="station", how="anti")
+        d.lazy().filter(matched).select("station").unique(), on="station", how="anti").collect()
     d = _join_left(d, prot, ["station"])
     start, end = a["span"].row(0)
     outside = (pl.col("ts_ns") < start) | (pl.col("ts_ns") > end)
@@ -1423,7 +1454,9 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
     wired_flows = up_w.get_column("flow").drop_nulls().unique()
     if up_only:
         only = pl.concat(up_only, how="diagonal_relaxed").filter(pl.col("flow").is_in(wired_flows.implode()))
-        only = only.sort("n_attempts", descending=True).unique("key", keep="first")
+        # ties broken by capture and frame: which row is kept, and the rows' order, do not depend on threads
+        only = (only.sort(["n_attempts", "air_capture_file", "first_air_frame"], descending=[True, False, False],
+                          nulls_last=True, maintain_order=True).unique("key", keep="first", maintain_order=True))
         edge = (pl.lit(w_end is None) | (pl.col("last_air_ts_ns") > (w_end or 0) - 1_000_000_000)
                 | (pl.col("first_air_ts_ns") < (w_start or 0)))
         only = only.with_columns(
@@ -1432,7 +1465,9 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
         up = pl.concat([up, only], how="diagonal_relaxed")
         del only
     del up_rows, up_only, up_w
-    up = up.sort("capture_file", "frame", "first_air_ts_ns", nulls_last=True)
+    # (air-only rows of one A-MPDU share a stamp: their capture's frame numbers order them)
+    up = up.sort([c for c in ("capture_file", "frame", "first_air_ts_ns", "air_capture_file", "first_air_frame")
+                  if c in up.columns], nulls_last=True, maintain_order=True)
     uplink = conform(up.select([c for c in keep if c in up.columns]), UPLINK)
     del up
     # attempts, joined to their wired packet
