@@ -380,7 +380,7 @@ def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"reference", "captures"} and out["reference"] == "server"
     keys = {"file", "vantage", "offset_s", "skew_ppm", "anchor_ts", "matched", "residual_us", "method",
-            "status", "confidence", "uncertainty_us", "envelope_points"}
+            "status", "confidence", "uncertainty_us", "envelope_points", "skew_se_ppm"}
     assert len(out["captures"]) == 5
     for c in out["captures"]:
         assert set(c) == keys
@@ -663,3 +663,17 @@ def test_fragmented_msdu_leaves_the_air_with_its_last_fragment() -> None:
     assert checked > 100
     al, report = sim_errors(d)
     assert report["client.pcap"][0] <= 15.0, (report, al.table())
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13, 14])
+def test_the_skew_error_is_within_its_standard_errors(tmp_path: Path, seed: int) -> None:
+    # 20,000 packets each way over 0.4 s with 20 us of stamp jitter: the skew is known to a few ppm, and
+    # the standard error the fit reports must say how far (within 4 of them), not claim more or much less
+    clock = ClockMap.from_params(0.8125, -23.0 + seed, 1_795_000_000.0)
+    synthetic_bundle(tmp_path / "b", 20_000, clock, seed=seed)
+    c = align_bundle(tmp_path / "b").capture("client.pcap")
+    se = c.skew_se_ppm
+    assert se is not None and 0.5 < se < 6.0, c
+    assert abs(c.skew_ppm - clock.skew_ppm) <= 4.0 * se, (c.skew_ppm, clock.skew_ppm, se)
+    ref = align_bundle(tmp_path / "b").capture("server.pcap")
+    assert ref.skew_se_ppm == 0.0

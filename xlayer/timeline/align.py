@@ -65,7 +65,10 @@ matched packets of that capture used for its clock's fit (reference captures: al
 `envelope_points` counts the matched packets on the delay floors its clock's last link rests on (the
 unqueued ones), `uncertainty_us` how far off the offset may be (the links' uncertainties summed
 along the chain; 0 for the reference, None when unknown: overrides, unmatched), `confidence` maps it
-to 0..1 (0.5 at 100 us), and `status` says whether to trust it: "aligned"; "poor: <reason>" (the
+to 0..1 (0.5 at 100 us), `skew_se_ppm` is the skew's standard error (the fitted floors' slope
+errors, root-sum-square along the chain; 0 for the reference, None when the skew was not measured
+or was given: offset-only links, overrides, unmatched; a few hundred unqueued packets over a few
+seconds with 20 us stamp jitter measure a skew to about 1 ppm), and `status` says whether to trust it: "aligned"; "poor: <reason>" (the
 first link of the chain that is uncertain by more than 100 us, has no credible envelope either
 way, or whose envelopes cross; or packets seen one way only); "cannot align: <reason>" (unmatched:
 offset, skew and anchor are None).
@@ -202,6 +205,7 @@ class CaptureAlignment:
     confidence: float | None = None      # 0..1 from the uncertainty (1 for the reference)
     uncertainty_us: float | None = None  # how far off the offset may be, summed along the chain
     envelope_points: int = 0             # matched packets on the delay floors of its clock's fit
+    skew_se_ppm: float | None = None     # standard error of the skew, root-sum-square along the chain
 
     @property
     def aligned(self) -> bool:
@@ -223,7 +227,7 @@ class CaptureAlignment:
                 "skew_ppm": self.skew_ppm, "anchor_ts": self.anchor_ts, "matched": self.matched,
                 "residual_us": self.residual_us, "method": self.method, "status": self.status,
                 "confidence": self.confidence, "uncertainty_us": self.uncertainty_us,
-                "envelope_points": self.envelope_points}
+                "envelope_points": self.envelope_points, "skew_se_ppm": self.skew_se_ppm}
 
 
 @dataclass
@@ -252,20 +256,21 @@ class Alignment:
 
     def table(self) -> str:
         """Return a readable table of the result."""
-        head = ("file", "vantage", "clock", "offset_s", "skew_ppm", "anchor_ts", "matched", "resid_us", "unc_us",
-                "method", "status")
+        head = ("file", "vantage", "clock", "offset_s", "skew_ppm", "skew_se", "anchor_ts", "matched", "resid_us",
+                "unc_us", "method", "status")
         rows = []
         for c in self.captures:
             rows.append((c.file, c.vantage, c.clock,
                          "-" if c.offset_s is None else f"{c.offset_s:+.9f}",
                          "-" if c.skew_ppm is None else f"{c.skew_ppm:+.3f}",
+                         "-" if c.skew_se_ppm is None else f"{c.skew_se_ppm:.3f}",
                          "-" if c.anchor_ts is None else f"{c.anchor_ts:.3f}",
                          str(c.matched), "-" if c.residual_us is None else f"{c.residual_us:.1f}",
                          "-" if c.uncertainty_us is None else f"{c.uncertainty_us:.1f}", c.method, c.status))
         w = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
         lines = [f"reference: {self.reference} (clock {self.reference_clock})",
                  "  ".join(h.ljust(w[i]) for i, h in enumerate(head))]
-        lines += ["  ".join(v.ljust(w[i]) if i in (0, 1, 2, 9, 10) else v.rjust(w[i]) for i, v in enumerate(r))
+        lines += ["  ".join(v.ljust(w[i]) if i in (0, 1, 2, 10, 11) else v.rjust(w[i]) for i, v in enumerate(r))
                   for r in rows]
         for c in self.captures:
             for n in c.notes:
@@ -608,6 +613,8 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
         info[c] = {"method": "override" if c in overrides else "reference", "via": None, "matched": {},
                    "residual_us": None, "uncertainty_ns": 0.0, "status": "aligned", "n_floor": 0}
     done: set[str] = set()
+    # standard error of each chained clock's skew (the reference's and overrides' are taken as exact)
+    skew_se: dict[str, float] = {c: 0.0 for c in known}
     while heap:
         d, c, pred = heapq.heappop(heap)
         if c in done:
@@ -621,6 +628,7 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
                 edge_map = ClockMap(anchor, fit.a, fit.s).inverse()
             m_c = edge_map.compose(maps[pred])
             maps[c] = m_c.reanchor(int(round(m_c.anchor_ns / NS)) * NS)     # a whole second
+            skew_se[c] = math.hypot(skew_se.get(pred, 0.0), fit.skew_se)
             method = fit.method + (" offset-only" if fit.offset_only else "")
             if pred != ref_clock:
                 method += f" via {pred}"
@@ -681,11 +689,13 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
             notes.extend(inf.get("notes", []))
         unc = inf.get("uncertainty_ns")
         ours = method == "reference" or n > 0
+        se = skew_se.get(e.clock, math.inf)
         out.append(CaptureAlignment(e.file, e.vantage, e.clock, e.kind, mp.offset_s, mp.skew_ppm, mp.anchor_ts,
                                     int(n), resid, method, notes, status=inf.get("status", "aligned"),
                                     confidence=_confidence(unc),
                                     uncertainty_us=None if unc is None else round(unc / 1e3, 1),
-                                    envelope_points=int(inf.get("n_floor", 0)) if ours else 0))
+                                    envelope_points=int(inf.get("n_floor", 0)) if ours else 0,
+                                    skew_se_ppm=round(se * 1e6, 3) if math.isfinite(se) else None))
     clock_info = {}
     for c in clocks:
         mp = maps.get(c)

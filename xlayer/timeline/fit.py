@@ -104,6 +104,7 @@ class ClockFit:
     n_floor: int = 0                   # matched points on the envelopes (the unqueued ones) used
     coverage_fwd: float = math.nan     # share of time windows whose lowest point is on the floor
     coverage_rev: float = math.nan
+    skew_se: float = math.inf          # standard error of s (inf: the skew was not measured)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -485,7 +486,8 @@ def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig
     fit = ClockFit(a=a, s=b, method="two-way", n=len(xf) + len(xr), n_fwd=len(xf), n_rev=len(xr),
                    residual_ns=float(np.sqrt(np.mean(res ** 2))) if len(res) else math.nan,
                    delay_ns=half_gap, offset_only=offset_only, uncertainty_ns=unc,
-                   n_floor=int(kf.sum() + kr.sum()), coverage_fwd=ff.coverage, coverage_rev=fr.coverage)
+                   n_floor=int(kf.sum() + kr.sum()), coverage_fwd=ff.coverage, coverage_rev=fr.coverage,
+                   skew_se=math.inf if offset_only else se)
     if how and not (cf and cr):
         other = "reverse" if how == "forward" else "forward"
         cov = fr.coverage if how == "forward" else ff.coverage
@@ -527,7 +529,8 @@ def one_way(x: np.ndarray, y: np.ndarray, forward: bool) -> ClockFit:
                    n_rev=0 if forward else len(x), residual_ns=float(np.sqrt(np.mean(res ** 2))),
                    offset_only=offset_only, uncertainty_ns=1e6, n_floor=int(k.sum()),
                    notes=["one direction only: the minimum delay between the vantages is taken as 0"],
-                   status="poor: packets seen one way only, the offset is a bound")
+                   status="poor: packets seen one way only, the offset is a bound",
+                   skew_se=math.inf if offset_only else math.sqrt(f.slope_var))
     if forward:
         fit.coverage_fwd = f.coverage
     else:
@@ -566,7 +569,8 @@ def simultaneous(x: np.ndarray, y: np.ndarray) -> ClockFit:
     se = math.sqrt(var) if math.isfinite(var) and not offset_only else MAX_SLOPE_SE
     unc = 2.0 * resid / math.sqrt(max(int(kept.sum()), 1)) + se * span / 2
     fit = ClockFit(a=a, s=b, method="simultaneous", n=n, n_fwd=n, n_rev=n, residual_ns=resid,
-                   offset_only=offset_only, uncertainty_ns=unc, n_floor=int(kept.sum()))
+                   offset_only=offset_only, uncertainty_ns=unc, n_floor=int(kept.sum()),
+                   skew_se=math.inf if offset_only else se)
     if unc > POOR_NS:
         fit.status = f"poor: offset uncertain by {unc / 1e3:.0f} us"
     return fit
