@@ -183,6 +183,8 @@ def alignment_errors(bundle: Path, alignment: dict, truth: dict, skew_err: dict[
         est = np.asarray(to_reference_ns(span, c["offset_s"], c.get("skew_ppm") or 0.0, c.get("anchor_ts") or 0.0))
         out[f] = float(np.abs(est - np.asarray(true.to_reference_ns(span))).max()) / 1e3
         skew_err[f] = abs(float(c.get("skew_ppm") or 0.0) - float(t["skew_ppm"]))
+        if c.get("skew_se_ppm") is not None:
+            skew_err[f + "#se"] = float(c["skew_se_ppm"])
         status[f] = str(c.get("status") or "")
     return out
 
@@ -313,6 +315,15 @@ def report(rows: list[dict[str, Any]]) -> None:
         good = sum(v <= 100 and k <= 2 for v, k in both)
         print(f"captures within 100 us and 2 ppm: {good}/{len(both)} ({good / len(both):.1%}); "
               f"skew error p50 {pct([k for _, k in both], 0.5):.2f}, max {max(k for _, k in both):.2f} ppm")
+        # The skew's own standard error says what the matched packets can measure: a skew known to
+        # 1 ppm cannot be within 2 ppm 99 % of the time, whatever the method.
+        se = [(r["skew"][f], r["skew"][f + "#se"]) for r in ok for f in r["align"] if f + "#se" in r["skew"]]
+        if se:
+            within = sum(k <= 3 * s for k, s in se)
+            can = sum(s <= 2 / 2.576 for _, s in se)
+            print(f"skew error within 3 of its standard errors: {within}/{len(se)} ({within / len(se):.1%}); "
+                  f"standard error p50 {pct([s for _, s in se], 0.5):.2f} ppm; captures whose standard error "
+                  f"allows 2 ppm at 99 % (<= 0.78 ppm): {can}/{len(se)}")
         st = Counter(x.split(":")[0] for r in ok for x in r["status"].values())
         print("alignment status: " + ", ".join(f"{k or 'none'} {n}" for k, n in sorted(st.items())))
     print(f"scenarios whose intended effect showed (truth expect): {sum(bool(r['expect']) for r in ok)}/{len(ok)}")
