@@ -328,9 +328,11 @@ def test_alignment_table_says_each_captures_status_and_uncertainty(tmp_path):
         pytest.skip("samples/lab-delay_spike not present")
     tl = open_timeline(lab)
     html = (build_report(tl, Analysis([], [], {}), tmp_path / "a.html"), (tmp_path / "a.html").read_text())[1]
-    assert ">status<" in html and ">uncertainty (µs)<" in html
+    assert ">status<" in html and ">uncertainty (µs)<" in html and ">skew std. error (ppm)<" in html
     for c in tl.alignment.captures:
         assert html_mod.escape(c.status) in html
+        if c.skew_se_ppm is not None:
+            assert f"<td>{c.skew_se_ppm:.3f}</td>" in html.replace(" class=num", "")
     assert ("Not aligned well" in html) == any(c.status != "aligned" for c in tl.alignment.captures)
     # one capture made poor: it is named above the table
     c0 = tl.alignment.captures[-1]

@@ -918,6 +918,7 @@ def _alignment_html(tl: Any) -> str:
         rows.append([esc(c.file), esc(c.vantage), esc(c.clock),
                      "-" if c.offset_s is None else f"{c.offset_s:+.9f}",
                      "-" if c.skew_ppm is None else f"{c.skew_ppm:+.3f}",
+                     "-" if c.skew_se_ppm is None else f"{c.skew_se_ppm:.3f}",
                      f"{c.matched:,}",
                      "-" if c.residual_us is None else f"{c.residual_us:.1f}",
                      "-" if c.uncertainty_us is None else f"{c.uncertainty_us:,.1f}",
@@ -928,7 +929,8 @@ def _alignment_html(tl: Any) -> str:
     if doubt:
         head += ("<p><b>Not aligned well:</b> " + "; ".join(f"{esc(c.file)}: {esc(c.status)}" for c in doubt)
                  + ". Times of these captures may be off by the uncertainty shown.</p>")
-    return head + _table(["file", "vantage", "clock", "offset (s)", "skew (ppm)", "matched", "residual (µs)",
+    return head + _table(["file", "vantage", "clock", "offset (s)", "skew (ppm)", "skew std. error (ppm)", "matched",
+                          "residual (µs)",
                           "uncertainty (µs)", "status", "method", "notes"], rows)
 
 
