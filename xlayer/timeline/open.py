@@ -10,14 +10,15 @@ schema plus:
     flow, conn, dir                      flow identity (`xlayer.timeline.flowkey`)
 
 The packet tables are kept in the decode cache (`xlayer.timeline.cache`): written once as uncompressed
-Arrow IPC files (`Spilled`: the decoded chunks as the decoder produced them, and beside them one file
-of what the alignment and the flow keys add: ts_ns on the reference clock, flow, conn, dir), read back
-by `packets()` (only the columns asked for), and found again by the next command on the same
-captures; each derived table is written there too once its module has computed it.  Without the
-cache (`cache=False`), large bundles are spilled the same way to a temporary directory (removed with
-the Timeline, by `Timeline.close` or at exit; one a killed process left is removed by the next
-process that opens a timeline: see `SPILL_PREFIX`), and `spill=False` keeps every table in memory
-instead.  What the alignment reads is held on disk while the captures are read.
+Arrow IPC files (`Spilled`: the decoded chunks as the decoder produced them, each without its columns
+that are entirely null, and beside them one file of what the alignment and the flow keys add: ts_ns on
+the reference clock, flow, conn, dir), read back by `packets()` (only the columns asked for; a column
+a chunk's file does not hold as nulls of the packet schema's dtype), and found again by the next
+command on the same captures; each derived table is written there too once its module has computed
+it.  Without the cache (`cache=False`), large bundles are spilled the same way to a temporary
+directory (removed with the Timeline, by `Timeline.close` or at exit; one a killed process left is
+removed by the next process that opens a timeline: see `SPILL_PREFIX`), and `spill=False` keeps every
+table in memory instead.  What the alignment reads is held on disk while the captures are read.
 
 Derived tables are computed on first use by the modules the timeline was opened with (`modules=`;
 `xlayer.metrics.MODULES` for the metric tables, which `xlayer.open_timeline` passes): each module has
@@ -98,31 +99,67 @@ def _disk_full(exc: BaseException) -> bool:
 
 def _spill_read(path: str | os.PathLike, columns: list[str], keep: list[str], out_dir: str,
                 decoder: str = "fast", stats: Any = None, keys: Sequence[Any] | None = None
-                ) -> tuple[list[str], list[str]]:
+                ) -> tuple[list[str], list[str], list[str]]:
     """Write a capture's packet table (`columns`) chunk by chunk to IPC files in `out_dir`; return their
-    paths and which of the `keep` columns (those the alignment reads) hold a value somewhere."""
+    paths, which of the `keep` columns (those the alignment reads) hold a value somewhere, and the
+    table's columns in order (a chunk's file holds only those with a value: `_read_chunks`)."""
     import parsers
     from parsers.schema import SCHEMA
 
     files: list[str] = []
-    present: set[str] = set()
+    names: list[str] = []
     valued: set[str] = set()            # columns with a value in some row
     for i, chunk in enumerate(parsers.iter_tables(path, decoder=decoder, stats=stats, **_projected(columns, keys))):
         chunk = chunk.select([c for c in columns if c in chunk.columns])
+        names = names or chunk.columns
         f = os.path.join(out_dir, f"raw-{i:05d}.arrow")
-        chunk.write_ipc(f, compression="uncompressed")
+        stored = _stored_columns(chunk)
+        chunk.select(stored).write_ipc(f, compression=SPILL_COMPRESSION)
         files.append(f)
-        present.update(c for c in keep if c in chunk.columns)
-        valued.update(c for c in keep if c in chunk.columns and c not in valued
-                      and chunk[c].null_count() < chunk.height)
+        valued.update(c for c in stored if c in keep and chunk[c].null_count() < chunk.height)
         del chunk
     if not files:
         empty = pl.DataFrame(schema={c: SCHEMA[c] for c in columns})
         files.append(os.path.join(out_dir, "raw-00000.arrow"))
         empty.write_ipc(files[0])
-        return files, [c for c in keep if c in empty.columns]
+        return files, [c for c in keep if c in empty.columns], empty.columns
     # A wired capture's radio and 802.11 columns are all null: the alignment reads absent ones as nulls.
-    return files, [c for c in keep if c in present and (c in ("frame", "ts_ns") or c in valued)]
+    return files, [c for c in keep if c in names and (c in _ALWAYS or c in valued)], names
+
+
+# The spill files' codec.  Leaving out the all-null columns halved a wired capture's files (430 -> 194
+# bytes a packet; `xlayer sim baseline --seconds 130`: 1698 -> 934 MB spilled); lz4 on top shrinks them
+# ~15x more but cost CPU and memory end to end (the pipeline on the same at 39 s, 2 A/B runs each:
+# 16.6/15.8 s CPU and 597/575 MB peak RSS uncompressed against 18.5/16.5 s and 657/635 MB with lz4): an
+# uncompressed file is mapped back as it is, a compressed one is copied out.
+SPILL_COMPRESSION = "uncompressed"
+# kept in every chunk file whatever their values: the row count and the stamps are read from them
+_ALWAYS = ("frame", "ts_ns")
+
+
+def _stored_columns(chunk: pl.DataFrame) -> list[str]:
+    """Return the columns of a decoded chunk worth writing: not those entirely null (a wired capture's
+    radio and 802.11 columns: about half its bytes), which `_read_chunks` gives back as nulls of the
+    packet schema's dtype; a column of another dtype is always written."""
+    from parsers.schema import SCHEMA
+
+    return [c for c, dt in chunk.schema.items()
+            if c in _ALWAYS or SCHEMA.get(c) != dt or chunk.get_column(c).null_count() < chunk.height]
+
+
+def _read_chunks(files: Sequence[str], columns: Sequence[str]) -> pl.DataFrame:
+    """Return `columns` of a spilled capture's chunk files as one table, in order: a column a chunk's
+    file does not hold (it was all null there) as nulls of the packet schema's dtype."""
+    from parsers.schema import SCHEMA
+
+    parts = []
+    for f in files:
+        held = pl.read_ipc_schema(f)
+        # (one column is read even when the chunk holds none of those asked for: it gives the height)
+        got = pl.read_ipc(f, columns=[c for c in columns if c in held] or list(held)[:1])
+        missing = [pl.lit(None, SCHEMA[c]).alias(c) for c in columns if c not in held]
+        parts.append(got.with_columns(missing).select(columns))
+    return pl.concat(parts, rechunk=False)
 
 
 # the columns a spilled capture's table gains beside the decoded ones, in the order they are added
@@ -168,7 +205,7 @@ class Spilled:
         if "ts_local_ns" in want:
             raw.append("ts_ns")
         if raw:
-            got = pl.concat([pl.read_ipc(f, columns=raw) for f in self.raw], rechunk=False)
+            got = _read_chunks(self.raw, raw)
             out.update((s.name, s) for s in got.get_columns())
             if "ts_local_ns" in want:
                 out["ts_local_ns"] = out.pop("ts_ns").cast(pl.Int64).alias("ts_local_ns")
@@ -182,16 +219,15 @@ class Spilled:
         return pl.DataFrame([out[c] for c in want])
 
 
-def _spill_derive(tl: Timeline, e: CaptureEntry, raw: list[str], fragments: bool) -> Spilled:
+def _spill_derive(tl: Timeline, e: CaptureEntry, raw: list[str], names: list[str], fragments: bool) -> Spilled:
     """Return a spilled capture with its derived file written: its stamps on the reference clock and
     its flows (what the alignment adds, and `_with_flows`), one capture's few columns in memory."""
-    names = list(pl.read_ipc_schema(raw[0]))
     want = [c for c in ("ts_ns", *_FLOW_KEY, *FRAGMENT_KEY[3:], "ip_mf", "ip_frag_offset") if c in names]
-    keys = pl.concat([pl.read_ipc(f, columns=want) for f in raw], rechunk=False)
+    keys = _read_chunks(raw, want)
     flows = _with_flows(keys, fragments=fragments).select(_DERIVED)
     stamps = tl._align(keys.select("ts_ns"), e).select("ts_ns")
     path = os.path.join(os.path.dirname(raw[0]), "derived.arrow")
-    pl.concat([stamps, flows], how="horizontal").write_ipc(path, compression="uncompressed")
+    pl.concat([stamps, flows], how="horizontal").write_ipc(path, compression=SPILL_COMPRESSION)
     return Spilled(tuple(raw), path, (*names, *_CONSTANT, *_DERIVED, "ts_local_ns"), keys.height)
 
 
@@ -426,8 +462,7 @@ class _IpcTables(_LazyTables):
         self._files = {f: paths[0] for f, paths in raw.items()}     # where each capture's spill is
 
     def __getitem__(self, file: str) -> pl.DataFrame:
-        cols = self._columns[file]
-        return pl.concat([pl.read_ipc(f, columns=cols) for f in self._raw[file]], rechunk=True)
+        return _read_chunks(self._raw[file], self._columns[file]).rechunk()
 
 
 # Without the cache, spill the packet tables to disk when the bundle's packet captures hold more than this.
@@ -634,6 +669,7 @@ def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: 
     raw: dict[str, pl.DataFrame] = {}
     raw_files: dict[str, list[str]] = {}
     align_cols: dict[str, list[str]] = {}
+    raw_names: dict[str, list[str]] = {}
     errors: dict[str, str] = {}
     read_stats: dict[str, IngestStats] = {}
     for n, e in enumerate(bundle.captures):
@@ -653,7 +689,7 @@ def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: 
                 os.makedirs(d)
                 # what the alignment reads stays on disk too until every capture is read (it is read
                 # back from the chunk files): reading the next capture holds no earlier one in memory
-                raw_files[e.file], align_cols[e.file] = _spill_read(
+                raw_files[e.file], align_cols[e.file], raw_names[e.file] = _spill_read(
                     path, cols, list(mm.READ_COLS), d, decoder, stats=read_stats.setdefault(e.file, IngestStats()),
                     keys=keys)
                 _release_freed_memory()
@@ -679,7 +715,8 @@ def _open_timeline(bundle: Bundle, reference: str | None, decoder: str, bin_ns: 
         if e.file in raw_files:
             # The decoded chunks stay as they were written: only the columns the alignment and the flow
             # keys change are written beside them (rewriting every column cost more than the decode).
-            tl._spilled[e.file] = _spill_derive(tl, e, raw_files.pop(e.file), fragments)
+            tl._spilled[e.file] = _spill_derive(tl, e, raw_files.pop(e.file), raw_names.pop(e.file),
+                                             fragments)
             continue
         if e.file not in raw:
             continue
