@@ -68,10 +68,10 @@ along the chain; 0 for the reference, None when unknown: overrides, unmatched), 
 to 0..1 (0.5 at 100 us), `skew_se_ppm` is the skew's standard error (the fitted floors' slope
 errors, root-sum-square along the chain; 0 for the reference, None when the skew was not measured
 or was given: offset-only links, overrides, unmatched; a few hundred unqueued packets over a few
-seconds with 20 us stamp jitter measure a skew to about 1 ppm), and `status` says whether to trust it: "aligned"; "poor: <reason>" (the
-first link of the chain that is uncertain by more than 100 us, has no credible envelope either
-way, or whose envelopes cross; or packets seen one way only); "cannot align: <reason>" (unmatched:
-offset, skew and anchor are None).
+seconds with 20 us stamp jitter measure a skew to about 1 ppm), and `status` says whether to trust
+it: "aligned"; "poor: <reason>" (the first link of the chain that is uncertain by more than 100 us,
+has no credible envelope either way, or whose envelopes cross; or packets seen one way only);
+"cannot align: <reason>" (unmatched: offset, skew and anchor are None).
 An air capture whose host stamps mark a frame's start rather than its end (unusual) says so with
 `"ts_point": "start"` in its manifest entry.
 """

@@ -240,7 +240,6 @@ EPISODE_MIN_RISE = 0.05           # ... and at least this much above it
 EPISODE_MAX_NS = 2 * NS           # the episode is looked for this far either side of the drop
 
 
-
 def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
     """Return (start_ns, end_ns) of the run of steps around the drop in which the finding's most
     retried station sent retries well above its own usual fraction, or None when none does.
@@ -257,9 +256,10 @@ def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
     att = ctx.between("attempts", lo, hi).filter(pl.col("station") == st)
     if att.height < MIN_ATTEMPTS:
         return None
-    usual = ctx.outside("attempts").filter((pl.col("station") == st) & ((pl.col("ts_ns") < lo) | (pl.col("ts_ns") >= hi)))
+    theirs = ctx.outside("attempts").filter(pl.col("station") == st)
+    usual = theirs.filter((pl.col("ts_ns") < lo) | (pl.col("ts_ns") >= hi))
     if usual.height < MIN_ATTEMPTS:
-        usual = ctx.outside("attempts").filter(pl.col("station") == st)
+        usual = theirs
     if usual.height < MIN_ATTEMPTS:
         return None
     p0 = float(usual["retry"].mean())
@@ -280,7 +280,8 @@ def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
     # On/off bursts (a hidden node's) leave quiet steps inside the episode: runs apart by no more
     # than the drops' own merge gap are one, as drop windows are.
     gap = max(1, int(round(ctx.cfg.merge_gap_s * NS / EPISODE_STEP_NS)))
-    return lo + _grow(state, inside[0], -1, gap) * EPISODE_STEP_NS, lo + (_grow(state, inside[-1], +1, gap) + 1) * EPISODE_STEP_NS
+    first, last = _grow(state, inside[0], -1, gap), _grow(state, inside[-1], +1, gap)
+    return lo + first * EPISODE_STEP_NS, lo + (last + 1) * EPISODE_STEP_NS
 
 
 def _grow(state: list[int], k: int, d: int, gap: int) -> int:
