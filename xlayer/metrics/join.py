@@ -124,7 +124,7 @@ _WIRED = ["capture_file", "frame", "ts_ns", "flow", "ip_dscp", "malformed", "eth
 _AIR = list(dict.fromkeys((*NEEDS, *AIRTIME_COLUMNS, "flow")))
 # what `analyse_air` reads of the usable air records after their airtime and match key
 _AIR_KEPT = ("_i", "frame", "ts_ns", "tx_start_ns", "key", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
-             "wlan_retry", "wlan_more_frag", "wlan_protected", "wlan_ra", "wlan_ta", "wlan_sa", "wlan_da", "wlan_seq",
+             "wlan_retry", "wlan_more_frag", "wlan_protected", "wlan_ra", "wlan_ta", "_ra_da", "_ta_sa", "wlan_seq",
              "wlan_frag", "wlan_tid", "wlan_ba_ssn", "wlan_ba_bitmap", "phy_rate_mbps", "ampdu_ref", "ip_src", "ip_dst",
              "ip_id", "ip_len", "flow", "wlan_pn", "wlan_amsdu", "wlan_decrypted", "_mpdu", "_hdr")
 
@@ -265,18 +265,23 @@ def _usable_air(air: pl.DataFrame) -> pl.DataFrame:
                            .then(mm._key_expr()).alias("key")) \
         .with_columns((ppdu_end - pl.col("_dur")).alias("tx_start_ns"))
     del mpdu
+    # of the SA and DA, `_stations` reads only whether they are the TA and RA: two booleans, not two
+    # address strings per record held through the analysis
+    air = air.with_columns((pl.col("wlan_ra") == pl.col("wlan_da")).alias("_ra_da"),
+                           (pl.col("wlan_ta") == pl.col("wlan_sa")).alias("_ta_sa"))
     # the radio and IP key columns served airtime and the key: keep only what the analysis reads next
     return air.select([c for c in _AIR_KEPT if c in air.columns])
 
 
 def _stations(air: pl.DataFrame) -> pl.DataFrame:
-    """Return (station, ip) pairs learnt from unencrypted data frames (down: RA/DA & ip_dst; up: TA/SA & ip_src)."""
+    """Return (station, ip) pairs learnt from unencrypted data frames (down: RA/DA & ip_dst; up: TA/SA & ip_src;
+    `_ra_da`, `_ta_sa`: whether the RA is the DA, the TA the SA)."""
     # lazily, each direction's pairs made distinct before they meet: the filters then copy only the columns
     # read, and no table of one row per data frame is built
     d = air.lazy().filter((pl.col("wlan_type") == 2) & pl.col("ip_src").is_not_null() & ~_group_addr("wlan_ra"))
-    down = d.filter(pl.col("wlan_from_ds") & ~pl.col("wlan_to_ds") & (pl.col("wlan_ra") == pl.col("wlan_da"))) \
+    down = d.filter(pl.col("wlan_from_ds") & ~pl.col("wlan_to_ds") & pl.col("_ra_da")) \
         .select(pl.col("wlan_ra").alias("station"), pl.col("ip_dst").alias("ip")).unique()
-    up = d.filter(pl.col("wlan_to_ds") & ~pl.col("wlan_from_ds") & (pl.col("wlan_ta") == pl.col("wlan_sa"))) \
+    up = d.filter(pl.col("wlan_to_ds") & ~pl.col("wlan_from_ds") & pl.col("_ta_sa")) \
         .select(pl.col("wlan_ta").alias("station"), pl.col("ip_src").alias("ip")).unique()
     return pl.concat([down.collect(), up.collect()]).unique()
 
@@ -387,35 +392,61 @@ def _ba_bits(ba: pl.DataFrame, columns: tuple[str, ...] | None = None) -> pl.Dat
     return pl.concat(out, how="vertical_relaxed")
 
 
-def _confirm(air: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
-    """Return the attempts with acked_by (ack / blockack / none) and ack_frame."""
-    nxt = air.select("_i", pl.col("wlan_type").shift(-1).alias("_nt"), pl.col("wlan_subtype").shift(-1).alias("_ns"),
-                     pl.col("wlan_ra").shift(-1).alias("_nra"), pl.col("ts_ns").shift(-1).alias("_nts"),
-                     pl.col("frame").shift(-1).alias("_nframe"))
-    # (`_join_left` here and below: only the key column goes through the join, not a copy of every attempt column)
-    att = _join_left(att, nxt, ["_i"])
-    del nxt
+def _ba_pairs(ba: pl.DataFrame, bits: pl.DataFrame) -> pl.DataFrame:
+    """Return the distinct (ta, ra, mac_seq) the Block Acks `ba` say arrived (ta: the data's transmitter, the
+    Block Ack's receiver) from their `bits` (ba_i, mac_seq), numbering the few address pairs first."""
+    pairs = ba.select(pl.col("wlan_ra").alias("ta"), pl.col("wlan_ta").alias("ra"))
+    ids = pairs.unique().with_row_index("_pid")
+    pid = pairs.join(ids, on=["ta", "ra"], how="left", nulls_equal=True, maintain_order="left").get_column("_pid")
+    rows = pl.Series(_positions(ba.get_column("_i"), bits.get_column("ba_i")))
+    got = pl.DataFrame([pid.gather(rows), bits.get_column("mac_seq")]).unique()
+    return got.join(ids, on="_pid", how="left").select("ta", "ra", "mac_seq")
+
+
+def _confirm(air: pl.DataFrame, att: pl.DataFrame, ba: pl.DataFrame | None = None,
+             bits: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Return the attempts with acked_by (ack / blockack / none) and ack_frame; `ba`, `bits`: the Block Acks
+    among the air records and `_ba_bits(ba, ("ba_i", "mac_seq"))`, when already made."""
+    # the record after each attempt, gathered by position: a join on `_i` hashed a million keys for it
+    nxt = _positions(air.get_column("_i"), att.get_column("_i")) + 1
+    beyond = pl.Series(nxt >= air.height)
+    nxt = air.select(pl.col("wlan_type").alias("_nt"), pl.col("wlan_subtype").alias("_ns"),
+                     pl.col("wlan_ra").alias("_nra"), pl.col("ts_ns").alias("_nts"),
+                     pl.col("frame").alias("_nframe"))[np.minimum(nxt, max(air.height - 1, 0))]
+    if beyond.any():
+        nxt = nxt.with_columns(pl.when(~beyond).then(pl.all()).name.keep())
+    att = att.hstack(nxt.get_columns())
+    del nxt, beyond
     is_ack = ((pl.col("_nt") == 1) & (pl.col("_ns") == 13) & (pl.col("_nra") == pl.col("ta"))
               & ((pl.col("_nts") - pl.col("ts_ns")).abs() <= ACK_WINDOW_NS)).fill_null(False)
     att = att.with_columns(pl.when(is_ack).then(pl.col("_nframe")).alias("_ack_frame")) \
         .drop("_nt", "_ns", "_nra", "_nts", "_nframe")
     # Block Ack: the first one from the RA to the TA after the PPDU ends
-    ba = air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 9))
+    if ba is None:
+        ba = air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 9))
     if ba.height:
         bas = ba.select(pl.col("ts_ns").alias("ba_ts"), pl.col("frame").alias("ba_frame"),
                         pl.col("wlan_ta").alias("ra"), pl.col("wlan_ra").alias("ta")).sort("ba_ts")
         ppdu_end = pl.when(pl.col("ampdu_ref").is_not_null()).then(pl.col("ts_ns").max().over("ampdu_ref")) \
             .otherwise(pl.col("ts_ns"))
-        q = att.select("_i", "ta", "ra", "mac_seq", ppdu_end.alias("_end")).sort("_end")
+        q = att.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"), "ta", "ra", "mac_seq",
+                       ppdu_end.alias("_end")).sort("_end")
         q = q.join_asof(bas, left_on="_end", right_on="ba_ts", by=["ta", "ra"], strategy="forward",
                         tolerance=BA_WINDOW_NS, check_sortedness=False)
         # the bits set, as one integer per (Block Ack frame, sequence number): a membership test on it holds
         # far less than a two-column join of every attempt against every bit (one bit per pair and frame)
         pair = pl.col("ba_frame") * 4096 + pl.col("mac_seq").cast(pl.Int64)
-        bits = _ba_bits(ba, ("ba_frame", "mac_seq")).select(pair.alias("_k")).get_column("_k")
-        q = q.select("_i", pl.when(pair.is_in(bits.implode())).then(pl.col("ba_frame")).alias("_ba_frame"))
+        if bits is None:
+            bits = _ba_bits(ba, ("ba_i", "mac_seq"))
+        # (each bit's Block Ack frame number gathered by the Block Ack's row)
+        rows = pl.Series(_positions(ba.get_column("_i"), bits.get_column("ba_i")))
+        bits = bits.select(ba.get_column("frame").gather(rows).alias("ba_frame"), "mac_seq") \
+            .select(pair.alias("_k")).get_column("_k")
+        del rows
+        # back in the attempts' order by their row number (a sort of one integer, not a join on `_i`)
+        q = q.select("_r", pl.when(pair.is_in(bits.implode())).then(pl.col("ba_frame")).alias("_ba_frame")).sort("_r")
         del bits
-        att = _join_left(att, q, ["_i"])
+        att = att.hstack([q.get_column("_ba_frame")])
     else:
         att = att.with_columns(pl.lit(None, pl.Int64).alias("_ba_frame"))
     return att.with_columns(
@@ -484,12 +515,13 @@ def _orphan_acks(air: pl.DataFrame) -> pl.DataFrame:
 
 def _capture_loss(file: str, space: pl.DataFrame, orphans: pl.DataFrame, ba_missed: pl.DataFrame) -> pl.DataFrame:
     """Return the capture_loss rows of one air capture."""
+    # (a tie of modes broken by the least: `mode` lists tied values in no fixed order, run to run)
     per = (space.group_by("ta", "ra", "_tid")
            .agg(pl.len().cast(pl.Int64).alias("mpdus_captured"),
                 pl.col("holes").max().cast(pl.Int64).alias("mpdus_missed"),
-                pl.col("direction").mode().first())
+                pl.col("direction").mode().min())
            .group_by("ta", "ra").agg(pl.col("mpdus_captured").sum(), pl.col("mpdus_missed").sum(),
-                                     pl.col("direction").mode().first()))
+                                     pl.col("direction").mode().min()))
     per = per.join(ba_missed, on=["ta", "ra"], how="left").with_columns(pl.col("blockack_missed").fill_null(0))
     per = per.join(orphans, on="ta", how="left").with_columns(pl.col("orphan_acks").fill_null(0))
     # an orphan ACK belongs to the transmitter, not to one of its spaces: count it once, on its first row
@@ -514,16 +546,18 @@ def analyse_air(air: pl.DataFrame, file: str) -> dict[str, pl.DataFrame]:
 
 def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[str, pl.DataFrame]:
     """Return `analyse_air` of the air records `_usable_air` kept (`compact`: see `_compact_air`)."""
-    att = _confirm(air, _attempts(air))
+    # the Block Acks' bits made once, as numbers: confirmation reads their frames, capture loss their addresses
+    ba = air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 9))
+    ba_bits = _ba_bits(ba, ("ba_i", "mac_seq"))
+    att = _confirm(air, _attempts(air), ba, ba_bits)
     space, seq_of = _seq_spaces(air)
-    att = _join_left(att, seq_of.select("_i", "useq"), ["_i"])
+    att = att.hstack([_scatter_gather(seq_of.get_column("_i"), seq_of.get_column("useq"), att.get_column("_i"))])
     del seq_of
     # what needs the air records is done first, so that they are freed before the MSDU groups are built
     # (of the Block Ack bits, capture loss reads only the distinct (transmitter, receiver, seq): one row per
     # bit set, with two address strings, would be one of the largest tables held here)
-    bits = (_ba_bits(air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 9)),
-                     ("ba_ta", "ba_ra", "mac_seq"))
-            .select(pl.col("ba_ra").alias("ta"), pl.col("ba_ta").alias("ra"), "mac_seq").unique())
+    bits = _ba_pairs(ba, ba_bits)
+    del ba, ba_bits
     orphans = _orphan_acks(air)
     span = (int(air["ts_ns"].min()), int(air["ts_ns"].max())) if air.height else (0, -1)
     stations = _stations(air)
@@ -537,8 +571,55 @@ def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[
     if not att["_i"].is_sorted():
         att = att.sort("_i")
     # MSDU groups: the first attempt gives seq/key/time; the final fragment's confirmation confirms it.
-    # Which attempt that is, is a column made before grouping: a filter holding the group's own maximum
-    # made polars evaluate it group by group (0.17 s of 0.19 s on 94 k groups).
+    grp = _msdu_groups(att)
+    # join_timeline reads of the attempts only the attempts table's columns and the group id (the rest is
+    # freed before the groups are finished), and of the sequence spaces what places a packet's MPDU
+    att = att.select(*_ATT_KEEP, "gid", "attempt", "acked", "acked_by", "ack_frame")
+    loss = _capture_loss(file, space, orphans, ba_missed)
+    space = space.select("ta", "ra", "_tid", "useq", "holes")
+    # No ACK seen, yet the transmitter went on to its next MPDU of the same queue before its retry limit:
+    # it got an ACK the sniffer did not hear (a far station's ACKs are often too weak for the sniffer).
+    part = ["ta", "ra", "tid"]
+    moved_on = pl.col("first_air_frame").shift(-1).over(part, order_by="first_air_frame").is_not_null()
+    grp = grp.with_columns(
+        pl.when(pl.col("acked_by").is_null() & moved_on & (pl.col("n_attempts") < RETRY_LIMIT * pl.col("n_fragments")))
+        .then(pl.lit("inferred")).otherwise(pl.col("acked_by").fill_null("none")).alias("acked_by"),
+        pl.lit(file).alias("air_capture_file"))
+    out = {"attempts": att, "groups": grp, "space": space, "stations": stations, "loss": loss,
+           "span": pl.DataFrame({"start": [span[0]], "end": [span[1]]})}
+    del att, grp, space, stations
+    return _compact_air(out) if compact else out
+
+
+def _msdu_groups(att: pl.DataFrame) -> pl.DataFrame:
+    """Return one row per MSDU group `gid` of the attempts (rows in record order): its first attempt's seq,
+    key and time, its attempts counted, its final fragment's confirmation."""
+    # An MSDU sent once (nearly all) is its own group: the group-by, a hash of every row and a list built
+    # per group, is left to those with several attempts; the rest are taken column by column.
+    several = att.get_column("gid").is_duplicated()
+    multi = _msdu_groups_by(att.filter(several))
+    if several.all():
+        return multi
+    one = att.lazy().filter(~several).select(
+        "gid", "ta", "ra", "direction", "station", "tid", "mac_seq", "useq", "key", "flow", "ip_id", "ip_len",
+        "protected", pl.col("nokey").alias("_nokey"), pl.col("amsdu").alias("_amsdu"), "pn",
+        # as the aggregations make of one row: a sum of a null is 0, a list holds the one value
+        pl.col("body").fill_null(0).alias("_body"),
+        ((pl.col("frag") == 0) & ~pl.col("more_frag") & pl.col("body").is_not_null()).alias("_whole"),
+        pl.col("frame").alias("first_air_frame"), pl.col("frame").alias("last_air_frame"),
+        pl.col("ts_ns").alias("first_air_ts_ns"), pl.col("ts_ns").alias("last_air_ts_ns"),
+        pl.col("tx_start_ns").alias("_start"), pl.lit(1, pl.UInt32).alias("n_attempts"),
+        pl.col("retry").cast(pl.UInt32).alias("n_retries"), (pl.col("frag").cast(pl.UInt32) + 1).alias("n_fragments"),
+        pl.concat_list("rate_mbps").alias("rates_mbps"), pl.col("ampdu_ref").is_not_null().alias("ampdu"),
+        pl.when(~pl.col("more_frag") & pl.col("acked")).then(pl.col("acked_by")).alias("acked_by"),
+        pl.when(~pl.col("more_frag") & pl.col("acked")).then(pl.col("ack_frame")).alias("ack_frame")).collect()
+    return pl.concat([one.select(multi.columns).cast(multi.schema), multi])
+
+
+def _msdu_groups_by(att: pl.DataFrame) -> pl.DataFrame:
+    """Return `_msdu_groups` of attempts by a group-by (any number of attempts per group)."""
+    # Which attempt is the final fragment's is a column made before grouping: a filter holding the group's
+    # own maximum made polars evaluate it group by group (0.17 s of 0.19 s on 94 k groups).
     last_frag = (pl.col("frag") == pl.col("frag").max().over("gid")) & ~pl.col("more_frag")
     att = att.with_columns(pl.struct("gid", "frag").is_first_distinct().alias("_frag_first"),
                            (last_frag & pl.col("acked")).alias("_final_acked"))
@@ -562,24 +643,7 @@ def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[
         pl.col("rate_mbps").alias("rates_mbps"), pl.col("ampdu_ref").is_not_null().any().alias("ampdu"),
         pl.col("acked_by").filter(pl.col("_final_acked")).first().alias("acked_by"),
         pl.col("ack_frame").filter(pl.col("_final_acked")).first().alias("ack_frame"))
-    # No ACK seen, yet the transmitter went on to its next MPDU of the same queue before its retry limit:
-    # it got an ACK the sniffer did not hear (a far station's ACKs are often too weak for the sniffer).
-    part = ["ta", "ra", "tid"]
-    moved_on = pl.col("first_air_frame").shift(-1).over(part, order_by="first_air_frame").is_not_null()
-    grp = grp.with_columns(
-        pl.when(pl.col("acked_by").is_null() & moved_on & (pl.col("n_attempts") < RETRY_LIMIT * pl.col("n_fragments")))
-        .then(pl.lit("inferred")).otherwise(pl.col("acked_by").fill_null("none")).alias("acked_by"),
-        pl.lit(file).alias("air_capture_file"))
-    # capture loss: holes per space, and which of them a Block Ack says arrived
-    loss = _capture_loss(file, space, orphans, ba_missed)
-    # join_timeline reads of the attempts only the attempts table's columns and the group id
-    att = att.select(*_ATT_KEEP, "gid", "attempt", "acked", "acked_by", "ack_frame")
-    # and of the sequence spaces what places a packet's MPDU (`downlink_one`)
-    space = space.select("ta", "ra", "_tid", "useq", "holes")
-    out = {"attempts": att, "groups": grp, "space": space, "stations": stations, "loss": loss,
-           "span": pl.DataFrame({"start": [span[0]], "end": [span[1]]})}
-    del att, grp, space, stations
-    return _compact_air(out) if compact else out
+    return grp
 
 
 def _compact_air(a: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
@@ -716,10 +780,50 @@ def _space_cols() -> list[pl.Expr]:
             pl.col("tid").cast(pl.Int16).fill_null(-1).alias("_tid")]
 
 
+# a string column with at most this many distinct values (and 4 rows or more per value) is rebuilt as views
+# of one copy of each value (`_compact`)
+DICT_MAX = 1 << 16
+
+
 def _compact(df: pl.DataFrame) -> pl.DataFrame:
     """Return `df` with its strings copied out: rows taken from a large table keep that table's whole string
-    buffers alive (polars' string views share them)."""
-    return df.with_columns(pl.col(pl.String) + "")
+    buffers alive (polars' string views share them).  A column of few distinct values (addresses, flows,
+    fates) becomes views of one small copy of each: a copy per row held 16-40 bytes more a row."""
+    out = []
+    for c, dt in df.schema.items():
+        if dt != pl.String:
+            continue
+        u = df.get_column(c).drop_nulls().unique()
+        if u.len() <= DICT_MAX and 4 * u.len() <= df.height:
+            u = u + ""      # (the distinct values copied out too, or they would hold the old buffers)
+            out.append(pl.col(c).replace_strict(u, u, return_dtype=pl.String))
+        else:
+            out.append(pl.col(c) + "")
+    return df.with_columns(out) if out else df
+
+
+def _positions(all_i: pl.Series, sub_i: pl.Series) -> np.ndarray:
+    """Return the row of each of `sub_i`'s values in `all_i` (ascending row numbers holding every one of them)."""
+    sub = sub_i.to_numpy()
+    if all_i.len() == 0 or all_i[-1] == all_i.len() - 1:     # every row kept: the number is the row
+        return sub.astype(np.int64)
+    return np.searchsorted(all_i.to_numpy(), sub).astype(np.int64)
+
+
+def _scatter_gather(keys: pl.Series, values: pl.Series, want: pl.Series) -> pl.Series:
+    """Return `values` at the rows whose `keys` (distinct row numbers, any order) equal each of `want`, null
+    where none does: `_join_left` on a row number, by position in an array as long as the largest number."""
+    k, w = keys.to_numpy().astype(np.int64), want.to_numpy().astype(np.int64)
+    size = int(max(k.max() if len(k) else -1, w.max() if len(w) else -1)) + 1
+    at = np.full(size, -1, np.int64)
+    at[k] = np.arange(len(k))
+    rows = at[w]
+    out = values.gather(pl.Series(np.maximum(rows, 0), dtype=pl.Int64)) if len(k) else \
+        pl.Series(values.name, [None] * len(w), values.dtype)
+    missing = rows < 0
+    if len(k) and missing.any():
+        out = out.to_frame().select(pl.when(pl.Series(~missing)).then(pl.col(values.name))).to_series()
+    return out.alias(values.name)
 
 
 def _join_left(d: pl.DataFrame, right: pl.DataFrame, on: list[str], nulls_equal: bool = False) -> pl.DataFrame:
@@ -1230,12 +1334,13 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
     matched = pl.col("gid").is_not_null()
     # an unseen packet's space: the one its station's packets of the same DSCP used (else the station's)
     seen = d.lazy().filter(matched).select("station", "ip_dscp", "ta", "_sra", "_tid").collect()
-    by_dscp = seen.group_by("station", "ip_dscp").agg(pl.col("ta").mode().first().alias("_pta"),
-                                                       pl.col("_sra").mode().first().alias("_psra"),
-                                                       pl.col("_tid").mode().first().alias("_ptid"))
-    by_sta = seen.group_by("station").agg(pl.col("ta").mode().first().alias("_qta"),
-                                          pl.col("_sra").mode().first().alias("_qsra"),
-                                          pl.col("_tid").mode().first().alias("_qtid"))
+    # (a tie of modes broken by the least, as in `_capture_loss`)
+    by_dscp = seen.group_by("station", "ip_dscp").agg(pl.col("ta").mode().min().alias("_pta"),
+                                                       pl.col("_sra").mode().min().alias("_psra"),
+                                                       pl.col("_tid").mode().min().alias("_ptid"))
+    by_sta = seen.group_by("station").agg(pl.col("ta").mode().min().alias("_qta"),
+                                          pl.col("_sra").mode().min().alias("_qsra"),
+                                          pl.col("_tid").mode().min().alias("_qtid"))
     del seen
     d = _join_left(_join_left(d, by_dscp, ["station", "ip_dscp"], nulls_equal=True), by_sta, ["station"])
     have_p = pl.col("_pta").is_not_null()
@@ -1292,18 +1397,22 @@ def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0
                ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Return (wired uplink packets with their groups, unmatched air uplink groups, gid -> _w map); `shift`:
     `clock_correction`, for the keyless pairs."""
-    g = a["groups"].filter((pl.col("direction") == "up") & pl.col("key").is_not_null()).sort("first_air_ts_ns")
+    up = (pl.col("direction") == "up") & pl.col("key").is_not_null()
+    # lazily: only the columns the matches keep are filtered and sorted, not every column of the groups
+    g = a["groups"].lazy().filter(up).select("key", *_MERGE_COLS).sort("first_air_ts_ns").collect()
     m = (w.select("_w", "key", (pl.col("ts_ns") + SLACK_NS).alias("_t")).sort("_t")
          .join_asof(g, left_on="_t", right_on="first_air_ts_ns", by="key", strategy="nearest",
                     tolerance=MATCH_WINDOW_NS + SLACK_NS, check_sortedness=False)
          .lazy().filter(pl.col("gid").is_not_null()).select("_w", *_MERGE_COLS).collect())
+    del g
     m = _with_protected(m, protected_up(w, a, shift), a["groups"])
     gmap = m.select("gid", "_w")
     per = _merge_groups(m, "_w")
     del m
     d = w.join(per, on="_w", how="left")
     del per
-    only = g.join(gmap, on="gid", how="anti")
+    # (the few groups no packet took, filtered once: not a copy of every uplink group first)
+    only = a["groups"].filter(up & ~pl.col("gid").is_in(gmap.get_column("gid").implode()))
     return d.select([c for c in (*_UP_COLS, "_w", "gid") if c in d.columns]), only, gmap
 
 

@@ -1,0 +1,124 @@
+"""Issue 15 (the cross-layer join's time and memory): each shortcut gives what the general path gives."""
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+from polars.testing import assert_frame_equal, assert_series_equal
+
+from xlayer.metrics import join
+
+RNG = np.random.default_rng(21)
+MACS = ["02:00:00:00:00:01", "02:00:00:00:00:02", "02:00:00:00:00:03"]
+
+
+def _some_null(values: list, share: float = 0.2) -> list:
+    return [None if RNG.random() < share else v for v in values]
+
+
+def _attempts(n: int) -> pl.DataFrame:
+    """Return attempts as `_analyse_usable` hands them to `_msdu_groups`: record order, groups of one attempt
+    and of several (retries, fragments), nulls where the air records have them."""
+    gid = np.sort(RNG.integers(0, int(n * 0.7), n))
+    RNG.shuffle(gid[: n // 3])          # a group's attempts need not be adjacent records
+    frag = np.where(RNG.random(n) < 0.2, RNG.integers(0, 3, n), 0)
+    return pl.DataFrame({
+        "_i": pl.Series(np.arange(n), dtype=pl.UInt32),
+        "frame": pl.Series(np.arange(n) + 1, dtype=pl.Int64),
+        "ts_ns": pl.Series(np.arange(n) * 1000, dtype=pl.Int64),
+        "tx_start_ns": pl.Series(_some_null((np.arange(n) * 1000 - 90).tolist(), 0.05), dtype=pl.Int64),
+        "key": pl.Series(_some_null(RNG.integers(0, 2**63, n).tolist()), dtype=pl.UInt64),
+        "direction": RNG.choice(["down", "up", "other"], n).tolist(),
+        "station": _some_null(RNG.choice(MACS, n).tolist(), 0.05),
+        "ta": RNG.choice(MACS, n).tolist(), "ra": RNG.choice(MACS, n).tolist(),
+        "mac_seq": pl.Series(RNG.integers(0, 4096, n), dtype=pl.UInt16),
+        "frag": pl.Series(frag, dtype=pl.UInt8),
+        "tid": pl.Series(_some_null(RNG.integers(0, 8, n).tolist()), dtype=pl.UInt8),
+        "retry": (RNG.random(n) < 0.3).tolist(), "more_frag": (RNG.random(n) < 0.15).tolist(),
+        "rate_mbps": _some_null(RNG.choice([6.0, 54.0, 65.0], n).tolist(), 0.1),
+        "ampdu_ref": pl.Series(_some_null(RNG.integers(0, 50, n).tolist(), 0.5), dtype=pl.UInt32),
+        "protected": (RNG.random(n) < 0.5).tolist(), "nokey": (RNG.random(n) < 0.5).tolist(),
+        "pn": pl.Series(_some_null(RNG.integers(0, 2**40, n).tolist()), dtype=pl.UInt64),
+        "amsdu": (RNG.random(n) < 0.1).tolist(),
+        "body": pl.Series(_some_null(RNG.integers(20, 1600, n).tolist(), 0.1), dtype=pl.Int64),
+        "flow": _some_null(RNG.choice(["f1", "f2"], n).tolist()),
+        "ip_id": pl.Series(_some_null(RNG.integers(0, 65536, n).tolist()), dtype=pl.UInt32),
+        "ip_len": pl.Series(_some_null(RNG.integers(40, 1500, n).tolist()), dtype=pl.UInt32),
+        "gid": pl.Series(gid, dtype=pl.Int64),
+        "attempt": pl.Series(np.zeros(n), dtype=pl.UInt32),
+        "acked_by": RNG.choice(["ack", "blockack", "none"], n).tolist(),
+        "ack_frame": pl.Series(_some_null(RNG.integers(0, n, n).tolist()), dtype=pl.Int64),
+    }).with_columns((pl.col("acked_by") != "none").alias("acked"),
+                    pl.Series("useq", RNG.integers(0, 10_000, n), dtype=pl.Int64))
+
+
+def test_msdu_groups_of_single_attempts_as_the_group_by():
+    att = _attempts(5000)
+    several = att.get_column("gid").is_duplicated()
+    assert several.any() and not several.all()
+    for part in (att, att.filter(~several), att.filter(several), att.head(0)):
+        got = join._msdu_groups(part).sort("gid")
+        want = join._msdu_groups_by(part).sort("gid")
+        assert got.schema == want.schema
+        assert_frame_equal(got, want, check_exact=True)
+
+
+def test_positions_and_scatter_gather_as_a_join_on_the_row_number():
+    all_i = pl.Series("_i", np.sort(RNG.choice(10_000, 6000, replace=False)), dtype=pl.UInt32)
+    sub = pl.Series("_i", np.sort(RNG.choice(all_i.to_numpy(), 2500, replace=False)), dtype=pl.UInt32)
+    assert (all_i.to_numpy()[join._positions(all_i, sub)] == sub.to_numpy()).all()
+    every = pl.Series("_i", np.arange(100), dtype=pl.UInt32)
+    assert (join._positions(every, sub.filter(sub < 100)) == sub.filter(sub < 100).to_numpy()).all()
+    # values keyed by distinct row numbers in no order; some wanted numbers have none, one is past them all
+    keys = pl.Series("_i", RNG.permutation(all_i.to_numpy()), dtype=pl.UInt32)
+    values = pl.Series("useq", _some_null(RNG.integers(-50, 10**6, keys.len()).tolist(), 0.1), dtype=pl.Int64)
+    want_i = pl.Series("_i", np.r_[RNG.integers(0, 10_000, 3000), 20_000], dtype=pl.UInt32)
+    got = join._scatter_gather(keys, values, want_i)
+    ref = (want_i.to_frame().join(pl.DataFrame([keys, values]), on="_i", how="left", maintain_order="left")
+           .get_column("useq"))
+    assert got.null_count() > values.null_count() // 2      # both the null values and the missing keys
+    assert_series_equal(got, ref, check_exact=True)
+    empty = join._scatter_gather(keys.head(0), values.head(0), want_i)
+    assert empty.dtype == pl.Int64 and empty.null_count() == want_i.len()
+
+
+def test_compact_keeps_values_and_types_and_sheds_the_shared_buffers():
+    n = 50_000
+    big = pl.DataFrame({"ta": RNG.choice(MACS, n).tolist(), "flow": _some_null([f"flow-{i}" for i in range(n)]),
+                        "x": np.arange(n)})
+    part = big.head(4000)                       # views into the big table's buffers
+    got = join._compact(part)
+    assert_frame_equal(got, part, check_exact=True)
+    # few distinct values: views of one small copy each (16 bytes a row, no copy of the text per row)
+    ta = join._compact(pl.DataFrame({"ta": RNG.choice(MACS, n).tolist()}))
+    assert ta.estimated_size() < 20 * n
+    assert_frame_equal(join._compact(part.head(0)), part.head(0))
+
+
+def test_block_ack_pairs_as_the_address_bits():
+    n = 300
+    ba = pl.DataFrame({
+        "_i": pl.Series(np.sort(RNG.choice(5000, n, replace=False)), dtype=pl.UInt32),
+        "frame": pl.Series(np.arange(n) * 3, dtype=pl.Int64),
+        "ts_ns": pl.Series(np.arange(n) * 10, dtype=pl.Int64),
+        "wlan_ta": _some_null(RNG.choice(MACS, n).tolist(), 0.05), "wlan_ra": RNG.choice(MACS, n).tolist(),
+        "wlan_ba_ssn": pl.Series(_some_null(RNG.integers(0, 4096, n).tolist(), 0.05), dtype=pl.UInt16),
+        "wlan_ba_bitmap": _some_null([RNG.bytes(int(RNG.choice([8, 32]))).hex() for _ in range(n)], 0.05),
+    })
+    got = join._ba_pairs(ba, join._ba_bits(ba, ("ba_i", "mac_seq"))).sort("ta", "ra", "mac_seq")
+    want = (join._ba_bits(ba, ("ba_ta", "ba_ra", "mac_seq"))
+            .select(pl.col("ba_ra").alias("ta"), pl.col("ba_ta").alias("ra"), "mac_seq").unique()
+            .sort("ta", "ra", "mac_seq"))
+    assert want.height > n
+    assert_frame_equal(got, want, check_exact=True)
+
+
+def test_capture_loss_direction_is_the_same_on_a_tie():
+    # a transmitter seen as much sending up as sending other frames: the tie is broken the same way each time
+    space = pl.DataFrame({"ta": ["a"] * 4 + ["b"] * 3, "ra": pl.Series([None] * 7, dtype=pl.Utf8), "_tid": pl.Series([-1] * 7, dtype=pl.Int16),
+                          "useq": list(range(4)) + list(range(3)), "holes": [0] * 7,
+                          "direction": ["up", "other", "other", "up", "down", "down", "up"]})
+    none = pl.DataFrame(schema={"ta": pl.Utf8, "orphan_acks": pl.Int64})
+    ba = pl.DataFrame(schema={"ta": pl.Utf8, "ra": pl.Utf8, "blockack_missed": pl.Int64})
+    seen = {tuple(join._capture_loss("s.pcap", space.sample(fraction=1.0, shuffle=True, seed=k), none, ba)
+                  .sort("ta", nulls_last=True).get_column("direction")) for k in range(12)}
+    assert seen == {("other", "down", "all")}
