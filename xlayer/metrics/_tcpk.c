@@ -13,8 +13,9 @@
  * tcp_state / rev_last: tcp.prepare's state machine. first_ack / count_upto: the first ACK covering a
  * segment and the retransmissions before a frame, by searches that gallop from the previous answer (the
  * queries come in about the order of the values). seq_track: flows.prepare's unwrapped sequence numbers
- * and highest end seen. numbered / first_distinct / key_gap: per-direction distinct IP ids, first
- * segment of each sequence number, 802.11 retries, by hashing in one pass instead of sorting.
+ * and highest end seen. numbered / first_distinct / key_gap / hash_ids: per-direction distinct IP ids, first
+ * segment of each sequence number, 802.11 retries, flows' packet identities, by hashing in one pass instead
+ * of sorting.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -785,6 +786,60 @@ done:
     return res;
 }
 
+PyDoc_STRVAR(hash_ids_doc,
+"hash_ids(keys, ids, rep) -> n\n\n"
+"Rows in order; keys: int64 (any value: a 64-bit hash). Fill `ids` with each row's key numbered 0..n-1 in\n"
+"the order the keys first appear and `rep` with the row where its key first appears; return n, the\n"
+"number of distinct keys: flows' packet identities counted and numbered in one pass, without a sort.");
+
+static PyObject *hash_ids(PyObject *self, PyObject *args)
+{
+    Py_buffer kv, iv, rv;
+    if (!PyArg_ParseTuple(args, "y*w*w*", &kv, &iv, &rv))
+        return NULL;
+    PyObject *res = NULL;
+    Py_ssize_t n = kv.len / 8;
+    int64_t cap = 16, *slots = NULL, next = 0;
+    if (kv.len % 8 || !sizes_ok(&iv, 8 * n) || !sizes_ok(&rv, 8 * n)) {
+        PyErr_SetString(PyExc_ValueError, "hash_ids: buffer sizes do not match");
+        goto done;
+    }
+    while (cap < 2 * (int64_t)n + 2)
+        cap <<= 1;
+    /* each slot holds the first row of its key (-1: free): the key itself is read from `keys` */
+    slots = malloc(sizeof(int64_t) * (size_t)cap);
+    if (!slots) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const int64_t *key = kv.buf;
+    int64_t *ids = iv.buf, *rep = rv.buf;
+    Py_BEGIN_ALLOW_THREADS
+    memset(slots, 0xFF, sizeof(int64_t) * (size_t)cap);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t h = (uint64_t)key[i] * 0x9E3779B97F4A7C15ULL;
+        int64_t k = (int64_t)(h >> 17) & (cap - 1);
+        while (slots[k] != -1 && key[slots[k]] != key[i])
+            k = (k + 1) & (cap - 1);
+        if (slots[k] == -1) {
+            slots[k] = i;
+            ids[i] = next++;
+            rep[i] = i;
+        } else {
+            rep[i] = slots[k];
+            ids[i] = ids[slots[k]];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    res = PyLong_FromLongLong(next);
+done:
+    free(slots);
+    PyBuffer_Release(&kv);
+    PyBuffer_Release(&iv);
+    PyBuffer_Release(&rv);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"tcp_state", tcp_state, METH_VARARGS, tcp_state_doc},
     {"rev_last", rev_last, METH_VARARGS, rev_last_doc},
@@ -794,6 +849,7 @@ static PyMethodDef methods[] = {
     {"key_gap", key_gap, METH_VARARGS, key_gap_doc},
     {"count_upto", count_upto, METH_VARARGS, count_upto_doc},
     {"first_distinct", first_distinct, METH_VARARGS, first_distinct_doc},
+    {"hash_ids", hash_ids, METH_VARARGS, hash_ids_doc},
     {NULL, NULL, 0, NULL},
 };
 

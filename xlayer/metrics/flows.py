@@ -239,6 +239,17 @@ def _not_retry(m: pl.DataFrame) -> np.ndarray:
     return keep
 
 
+def _flow_numbers(df: pl.DataFrame) -> list[pl.Series]:
+    """Return per row of `df` (flow, conn, dir, fid) the flow name's hash ``fh`` and ``g``: (conn, dir) as one
+    integer, its other direction the same number with the last bit flipped.  Both are computed once per flow
+    and spread over the rows by ``fid``: the strings of every row are hashed or coded only once, for fid."""
+    per = df.group_by("fid").agg(pl.col("flow", "conn", "dir").first()).select(
+        "fid", pl.col("flow").hash().alias("fh"),
+        (_code("conn") * 2 + (pl.col("dir") == "b").cast(pl.Int64)).alias("g"))
+    rows = df.select("fid").join(per, on="fid", how="left", maintain_order="left")
+    return [rows.get_column("fh"), rows.get_column("g")]
+
+
 def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
     """Return a capture's IP packets (MAC retries dropped on the air) with payload, identity and TCP columns."""
     cols = set(packets.columns)
@@ -252,14 +263,17 @@ def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
     keep = pl.col("flow").is_not_null()
     if "fcs_bad" in cols:
         keep = keep & ~pl.col("fcs_bad").fill_null(False)
+    # (the flow's number in the same plan: coding the strings after the filter, from its many chunks,
+    # costs twice as much)
     df = packets.lazy().filter(keep).select(
-        "flow", "conn", "dir", col("frame", pl.Int64), col("ts_ns", pl.Int64),
+        "flow", "conn", "dir", _code("flow").alias("fid"), col("frame", pl.Int64), col("ts_ns", pl.Int64),
         col("ip_src", pl.Utf8), col("ip_dst", pl.Utf8), col("ip_proto", pl.Int64), col("sport", pl.UInt16),
         col("dport", pl.UInt16), col("ip_id", pl.Int64), col("ip_len", pl.Int64), col("ip_hdr_len", pl.Int64),
         col("ip_mf", pl.Boolean), col("ip_frag_offset", pl.Int64), col("tcp_seq", pl.Int64),
         col("tcp_ack", pl.Int64), col("tcp_flags", pl.Int64), col("tcp_len", pl.Int64), col("tcp_hdr_len", pl.Int64),
         col("tcp_tsval", pl.Int64), col("tcp_tsecr", pl.Int64), col("udp_len", pl.Int64),
-        col("wlan_ta", pl.Utf8), col("wlan_seq", pl.Int64), col("wlan_frag", pl.Int64),
+        col("wlan_seq", pl.Int64), col("wlan_frag", pl.Int64),
+        (_code("wlan_ta") if "wlan_ta" in cols else pl.lit(None, pl.Int64)).alias("_ta"),
     ).collect()
     del packets           # freed here if the caller holds no other reference to it (`build` does not)
     # A capture's rows come in frame order: sorting them anyway would gather every column (strings
@@ -267,16 +281,14 @@ def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
     if not df["frame"].is_sorted():
         df = df.sort("frame")
     df = df.with_columns(
-        _code("flow").alias("fid"), pl.col("flow").hash().alias("fh"),
-        # (conn, dir) as one integer; its other direction is the same number with the last bit flipped
-        (_code("conn") * 2 + (pl.col("dir") == "b").cast(pl.Int64)).alias("g"),
+        *_flow_numbers(df),
         pl.col("ip_id").fill_null(-1).alias("k_id"), pl.col("tcp_seq").fill_null(-1).alias("k_seq"),
         pl.col("udp_len").fill_null(-1).cast(pl.Int32).alias("k_ulen"),
         pl.col("ip_len").fill_null(-1).alias("k_iplen"), pl.col("ip_frag_offset").fill_null(0).cast(pl.Int32).alias("k_off"))
     if kind == "air" and df.height:
         # A MAC retry repeats the MPDU (transmitter, sequence, fragment) and its IP identity; 802.11
         # sequence numbers wrap every 4096 MPDUs, so only a repeat within a short time is a retry.
-        df = df.with_columns(_code("wlan_ta").fill_null(-1).alias("_ta"), pl.col("wlan_seq").fill_null(-1),
+        df = df.with_columns(pl.col("_ta").fill_null(-1), pl.col("wlan_seq").fill_null(-1),
                              pl.col("wlan_frag").fill_null(-1))
         ident = ["_ta", "wlan_seq", "wlan_frag", *_KEY]
         df = df.filter(pl.Series(_not_retry(df.select(pl.struct(ident).hash().alias("_mpdu"), "ts_ns"))))
@@ -424,6 +436,27 @@ def _retransmitted_later(seg: pl.DataFrame) -> pl.Series:
     return (hit["m_end"].is_not_null() & (hit["m_end"] > hit["seq_u"])).alias("later")
 
 
+def _numbers_ip_packets(rows: pl.DataFrame) -> pl.DataFrame:
+    """Return (g, idinfo) per direction of `rows` (g, k_id; -1: no IP id): whether its sender numbers its IP
+    packets (every row has an id, at least two distinct and a quarter as many as rows), the distinct ids
+    counted by the compiled kernel (`_tcpk.numbered`, the tcp module's test) when built."""
+    n = pl.col("k_id").n_unique()
+    if not tcpmod.KERNEL or rows.height == 0 or rows.get_column("g").null_count() \
+            or rows.get_column("k_id").null_count() or rows.get_column("k_id").min() < -1:
+        return rows.group_by("g").agg(((pl.col("k_id") >= 0).all() & (n >= 2) & (n * 4 >= pl.len())).alias("idinfo"))
+    # directions made contiguous: the kernel counts each run of rows in one pass over a bitmap or hash table
+    rows = rows.sort("g")
+    g = rows.get_column("g").to_numpy()
+    starts = np.flatnonzero(np.diff(g, prepend=g[0] - 1))
+    kid = rows.get_column("k_id").cast(pl.Int64).to_numpy()
+    flag = np.empty(len(kid), np.uint8)
+    # -1 (no id) is one value of its own, as the kernel counts its null
+    tcpmod._tcpk.numbered(np.append(starts, len(kid)).astype(np.int64), np.where(kid < 0, _NUL, kid), flag)
+    all_ids = np.minimum.reduceat(kid, starts) >= 0
+    return pl.DataFrame({"g": g[starts], "idinfo": flag[starts].astype(bool) & all_ids},
+                        schema={"g": rows.schema["g"], "idinfo": pl.Boolean})
+
+
 def _without_copies(seg: pl.DataFrame, tcp: pl.DataFrame) -> pl.DataFrame:
     """Return the segments `seg` (of the TCP rows `tcp`) without the copies the network or the capture made
     of an earlier one (`xlayer.metrics.tcp.network_copies`, the retransmissions table's network_duplicate):
@@ -435,11 +468,10 @@ def _without_copies(seg: pl.DataFrame, tcp: pl.DataFrame) -> pl.DataFrame:
     rows = seg.filter(pl.col("retx")).select("g", "frame")
     if rows.height == 0:
         return seg
-    # the sender numbers its IP packets (as the tcp module decides it)
-    n = pl.col("k_id").n_unique()
-    # (counted over the directions that retransmit only: the rows of the others would be counted for nothing)
-    info = tcp.filter(pl.col("g").is_in(rows.get_column("g").unique().implode())).group_by("g").agg(
-        ((pl.col("k_id") >= 0).all() & (n >= 2) & (n * 4 >= pl.len())).alias("idinfo"))
+    # the sender numbers its IP packets (as the tcp module decides it); counted over the directions that
+    # retransmit only: the rows of the others would be counted for nothing
+    info = _numbers_ip_packets(tcp.filter(pl.col("g").is_in(rows.get_column("g").unique().implode()))
+                               .select("g", "k_id"))
     # only the segments at a retransmission's sequence number can be judged or be its twin: the others are
     # left out before their identity columns are made (`network_copies` would leave them out after)
     at = seg.lazy().join(seg.lazy().filter(pl.col("retx")).select("g", "seq_u").unique(), on=["g", "seq_u"],
@@ -493,6 +525,22 @@ def _unwrapped(df: pl.DataFrame, col: str, by: str) -> pl.Series:
     return pl.Series(col, seq_u)
 
 
+def _latest_per_ack(m: pl.DataFrame, rising: bool) -> pl.DataFrame:
+    """Return the rows of `m` (segments matched to an ACK: frame, ts_ns, ack_frame; no nulls) that are, per
+    ACK, the segment latest by (time, frame).  With the times rising in frame order (`rising`, as a capture's
+    almost always are) that is the latest frame: found by a scatter-max into an array indexed by the ACK's
+    frame number when the numbers are small enough, else (and otherwise) by windows on that integer key."""
+    if rising and m.height:
+        af, fr = m.get_column("ack_frame").to_numpy(), m.get_column("frame").to_numpy()
+        top = int(af.max())
+        if int(af.min()) >= 0 and top <= max(4 * len(af), 1 << 20):
+            latest = np.full(top + 1, np.iinfo(np.int64).min, np.int64)
+            np.maximum.at(latest, af, fr)
+            return m.filter(pl.Series(fr == latest[af]))
+    return (m.filter(pl.lit(rising) | (pl.col("ts_ns") == pl.col("ts_ns").max().over("ack_frame")))
+            .filter(pl.col("frame") == pl.col("frame").max().over("ack_frame")))
+
+
 def rtt_samples(prep: Prepared) -> pl.DataFrame:
     """Return the `rtt` table of one prepared capture (seq_ack with Karn's rule, and ts_echo samples)."""
     # (lazily: the filter copies only the columns read below, not the flow names and packet identities)
@@ -521,13 +569,9 @@ def rtt_samples(prep: Prepared) -> pl.DataFrame:
     rising = all(seg.get_column(c).null_count() == 0 and seg.get_column(c).is_sorted() for c in ("ts_ns", "frame"))
     m = seg.select("g", "fid", "frame", "ts_ns", "end_u", "retx", "later").sort("end_u").join_asof(
         adv, left_on="end_u", right_on="ack_u", by="g", strategy="forward", check_sortedness=False)
-    m = (m.filter(pl.col("ack_frame").is_not_null() & (pl.col("ack_ts") >= pl.col("ts_ns")))
-         .select("fid", "frame", "ts_ns", "retx", "later", "ack_frame", "ack_ts")
-         # per ACK the segment latest by (time, frame): windows on one integer key instead of a sort; with the
-         # times rising in frame order (as a capture's almost always do) the latest frame is that segment
-         .filter(pl.lit(rising) | (pl.col("ts_ns") == pl.col("ts_ns").max().over("ack_frame")))
-         .filter(pl.col("frame") == pl.col("frame").max().over("ack_frame"))
-         .filter(~(pl.col("retx") | pl.col("later"))))
+    m = _latest_per_ack(m.filter(pl.col("ack_frame").is_not_null() & (pl.col("ack_ts") >= pl.col("ts_ns")))
+                        .select("fid", "frame", "ts_ns", "retx", "later", "ack_frame", "ack_ts"), rising) \
+        .filter(~(pl.col("retx") | pl.col("later")))
     out.append(m.select("fid", pl.col("ack_ts").alias("ts_ns"), (pl.col("ack_ts") - pl.col("ts_ns")).alias("rtt_ns"),
                         pl.col("frame").alias("data_frame"), "ack_frame", pl.lit(False).alias("_m")))
     # ts_echo: the first segment carrying a TSval, to the first ACK after it echoing that TSval.  A
@@ -545,9 +589,11 @@ def rtt_samples(prep: Prepared) -> pl.DataFrame:
     again = suspect.filter(pl.col("seq_u") < pl.col("end_u").cum_max().shift(1).over(grp)).select(grp).unique()
     first = first.join(again, on=grp, how="anti").sort("ts_ns")
     echo = (echo.select(*grp, pl.col("frame").alias("ack_frame"), pl.col("ts_ns").alias("ack_ts"))
-            .sort("ack_ts") if grp == ["_gt"] else
+            if grp == ["_gt"] else
             echo.select("g", pl.col("tsecr").alias("tsval"), pl.col("frame").alias("ack_frame"),
-                        pl.col("ts_ns").alias("ack_ts")).sort("ack_ts"))
+                        pl.col("ts_ns").alias("ack_ts")))
+    # only the ACKs echoing a TSval looked for are sorted and searched (a few in ten on a bulk transfer)
+    echo = echo.join(first.select(grp), on=grp, how="semi", maintain_order="left").sort("ack_ts")
     e = first.join_asof(echo, left_on="ts_ns", right_on="ack_ts", by=grp, strategy="forward",
                         check_sortedness=False).filter(pl.col("ack_frame").is_not_null())
     out.append(e.select("fid", pl.col("ack_ts").alias("ts_ns"), (pl.col("ack_ts") - pl.col("ts_ns")).alias("rtt_ns"),
@@ -604,6 +650,8 @@ def _identities(df: pl.DataFrame) -> pl.DataFrame | None:
     if not df["frame"].is_sorted() or df["frame"].null_count():
         return None
     k = df.select(*_KEY, "frame", "ts_ns", pl.struct(list(_KEY)).hash().alias("_k"))
+    if tcpmod.KERNEL:
+        return _identities_kernel(k)
     again = k.get_column("_k").is_duplicated()
     first = k.filter(k.get_column("_k").is_first_distinct())
     if not again.any():
@@ -615,6 +663,32 @@ def _identities(df: pl.DataFrame) -> pl.DataFrame | None:
         return None
     return first.join(per.select("_k", "n"), on="_k", how="left", maintain_order="left").select(
         *_KEY, "frame", "ts_ns", pl.col("n").fill_null(1), "_k")
+
+
+def _hash_ids(h: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Return per row of the 64-bit hashes `h` its hash's number (0..n-1, in order of first appearance), the
+    row where that hash first appears, and n (`_tcpk.hash_ids`: one pass, no sort)."""
+    ids, rep = np.empty(len(h), np.int64), np.empty(len(h), np.int64)
+    n = tcpmod._tcpk.hash_ids(np.ascontiguousarray(h.view(np.int64)), ids, rep)
+    return ids, rep, n
+
+
+def _same_identity(cols: list[np.ndarray], rep: np.ndarray) -> bool:
+    """Return whether every row has the identity (`cols`: `_KEY` columns) of the row `rep` names.  (`prepare`
+    fills their nulls; one left would come out of polars as NaN, equal to nothing: a mismatch, not a match.)"""
+    again = np.flatnonzero(rep != np.arange(len(rep)))      # only rows whose hash was seen before can differ
+    return all(bool((c[rep[again]] == c[again]).all()) for c in cols)
+
+
+def _identities_kernel(k: pl.DataFrame) -> pl.DataFrame | None:
+    """Return `_identities`' rows of `k` (_KEY, frame, ts_ns, _k; rows in frame order) by one pass of the
+    compiled hash table: each identity's first row and its count; None when two identities share a hash."""
+    ids, rep, n = _hash_ids(k.get_column("_k").to_numpy())
+    first = rep == np.arange(len(rep))
+    if not first.all() and not _same_identity([k.get_column(c).to_numpy() for c in _KEY], rep):
+        return None
+    counts = np.bincount(ids, minlength=n)[ids[first]].astype(np.int32)
+    return k.filter(pl.Series(first)).select(*_KEY, "frame", "ts_ns", pl.Series("n", counts), "_k")
 
 
 def exact_ids(keys: list[Keyed]) -> list[Keyed]:
@@ -637,19 +711,12 @@ def numbered_ids(keys: list[Keyed]) -> list[Keyed]:
     """Return `keys` with ``_k`` numbering the distinct packet identities across all of them 0..n-1
     (`Keyed.ids` = n; `exact_ids` checks the hashes the same way), so that the pairwise steps find an
     identity's row in another capture by indexing an array (`_rows_of`) instead of joining on a hash."""
-    frames = [k.df.select("_k", *_KEY) for k in keys if k.df.height]
+    frames = [k.df for k in keys if k.df.height]
     if not frames:
         return keys
-    s = pl.concat(frames).with_row_index("_r").sort("_k")
-    same_k = pl.col("_k") == pl.col("_k").shift(1)
-    other = pl.any_horizontal(pl.col(c) != pl.col(c).shift(1) for c in _KEY)
-    if s.select((same_k & other).any()).item():
+    dense, n = (_numbered_kernel if tcpmod.KERNEL else _numbered_sorted)(frames)
+    if dense is None:
         return exact_ids(keys)          # two identities share a hash: numbered by the identities themselves
-    # the hashes are exact: the sorted hashes' run numbers, put back in the rows' order
-    run = s.select((~same_k).fill_null(True).cum_sum().cast(pl.Int64) - 1).to_series().to_numpy()
-    dense = np.empty(s.height, np.uint64)
-    dense[s.get_column("_r").to_numpy()] = run
-    n = int(run[-1]) + 1
     out, at = [], 0
     for k in keys:
         h = k.df.height
@@ -659,6 +726,32 @@ def numbered_ids(keys: list[Keyed]) -> list[Keyed]:
             k = Keyed(k.vantage, k.capture_file, df, k.names, k.span, k.ordered, n)
         out.append(k)
     return out
+
+
+def _numbered_kernel(frames: list[pl.DataFrame]) -> tuple[np.ndarray | None, int]:
+    """Return `numbered_ids`' numbers of the keyed rows `frames` (in order, concatenated) and how many, by the
+    compiled hash table (numbers in order of first appearance); None when two identities share a hash.
+    Only the hashes and, one at a time, each identity column are put together: not a sorted copy of all."""
+    ids, rep, n = _hash_ids(np.concatenate([f.get_column("_k").to_numpy() for f in frames]))
+    if not (rep == np.arange(len(rep))).all():
+        for c in _KEY:
+            if not _same_identity([np.concatenate([f.get_column(c).to_numpy() for f in frames])], rep):
+                return None, 0
+    return ids.view(np.uint64), n
+
+
+def _numbered_sorted(frames: list[pl.DataFrame]) -> tuple[np.ndarray | None, int]:
+    """Return `_numbered_kernel`'s result by a sort of the hashes (numbers in the hashes' order)."""
+    s = pl.concat([f.select("_k", *_KEY) for f in frames]).with_row_index("_r").sort("_k")
+    same_k = pl.col("_k") == pl.col("_k").shift(1)
+    other = pl.any_horizontal(pl.col(c) != pl.col(c).shift(1) for c in _KEY)
+    if s.select((same_k & other).any()).item():
+        return None, 0
+    # the hashes are exact: the sorted hashes' run numbers, put back in the rows' order
+    run = s.select((~same_k).fill_null(True).cum_sum().cast(pl.Int64) - 1).to_series().to_numpy()
+    dense = np.empty(s.height, np.uint64)
+    dense[s.get_column("_r").to_numpy()] = run
+    return dense, int(run[-1]) + 1
 
 
 def _rows_of(ids: int, k: pl.Series) -> np.ndarray:
@@ -689,13 +782,25 @@ def rfc3550_jitter(abs_d: pl.Expr) -> pl.Expr:
     return abs_d.cast(pl.Float64).ewm_mean(alpha=1 / 16, adjust=False)
 
 
+def _in_arrival_order(owd: pl.DataFrame) -> bool:
+    """Return whether the rows of `owd` are in (fh, ts_b, frame_b) order, strictly (no nulls: matched rows)."""
+    if owd.height < 2 or any(owd.get_column(c).null_count() for c in ("fh", "ts_b", "frame_b")):
+        return owd.height < 2
+    fh, tb, fb = (owd.get_column(c).to_numpy() for c in ("fh", "ts_b", "frame_b"))
+    same_f, same_t = fh[1:] == fh[:-1], tb[1:] == tb[:-1]
+    up = (fh[1:] > fh[:-1]) | same_f & ((tb[1:] > tb[:-1]) | same_t & (fb[1:] > fb[:-1]))
+    return bool(up.all())
+
+
 def _arrival_jitter(owd: pl.DataFrame) -> pl.Series:
     """Return the RFC 3550 jitter per row of `owd` (rows in a's order per flow), computed in b's arrival order."""
+    jitter = rfc3550_jitter((pl.col("owd_ns") - pl.col("owd_ns").shift(1).over("fh")).abs().fill_null(0)).over("fh")
+    if _in_arrival_order(owd):
+        # nothing reordered between the captures (the common case): b's order is a's, no sort
+        return owd.select(jitter.alias("jitter_ns")).to_series()
     # only the three columns the jitter reads go into b's order and back: not every column by two sorts
     perm = owd.select(pl.arg_sort_by("fh", "ts_b", "frame_b")).to_series()
-    j = owd.select(pl.col("fh", "owd_ns").gather(perm)).select(
-        rfc3550_jitter((pl.col("owd_ns") - pl.col("owd_ns").shift(1).over("fh")).abs().fill_null(0))
-        .over("fh")).to_series().to_numpy()
+    j = owd.select(pl.col("fh", "owd_ns").gather(perm)).select(jitter).to_series().to_numpy()
     out = np.empty(len(j), np.float64)
     out[perm.to_numpy()] = j
     return pl.Series("jitter_ns", out, pl.Float64)

@@ -66,8 +66,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 
+from xlayer.metrics import tcp as tcpmod
 from xlayer.metrics.schema import Column, conform, register
 from xlayer.timeline.airtime import COLUMNS as AIRTIME_COLUMNS
 from xlayer.timeline.airtime import airtime
@@ -346,15 +348,33 @@ def _borrowed_bss(own: pl.DataFrame, rest: pl.DataFrame, seen: pl.DataFrame) -> 
             .select("_i", pl.coalesce("backward", "forward", "most").cast(pl.UInt32).alias("bss")))
 
 
+_NEXT = {"type": "r_type", "sub": "r_sub", "ra": "r_ra", "ts_ns": "r_ts", "bad": "r_bad"}
+
+
+def _after_ppdu(d: pl.DataFrame, x: pl.DataFrame) -> pl.DataFrame:
+    """Return `x` (rows with a ``ppdu`` of `d`) with ppdu_end, the last time of its PPDU, and the type, subtype,
+    RA, time and FCS verdict of the first record of the next PPDU (r_type, r_sub, r_ra, r_ts, r_bad)."""
+    p = d.get_column("ppdu")
+    if d.height and not p.null_count() and not d.get_column("ts_ns").null_count() and p[0] == 1 \
+            and bool(p.diff().drop_nulls().is_in([0, 1]).all()):
+        # `_prepare` numbers the PPDUs 1, 2, ... in record order: each is a run, found by its start
+        starts = np.flatnonzero(np.diff(p.to_numpy(), prepend=0))
+        at = x.get_column("ppdu").cast(pl.Int64).to_numpy()
+        nxt = pl.Series(np.where(at < len(starts), starts[np.minimum(at, len(starts) - 1)], -1)).to_frame("_n") \
+            .select(pl.when(pl.col("_n") >= 0).then(pl.col("_n"))).to_series()
+        end = np.maximum.reduceat(d.get_column("ts_ns").to_numpy(), starts)[at - 1]
+        return x.with_columns(pl.Series("ppdu_end", end, d.schema["ts_ns"]),
+                              *(d.get_column(c).gather(nxt).alias(a) for c, a in _NEXT.items()))
+    ends = d.group_by("ppdu").agg(pl.col("ts_ns").max().alias("ppdu_end"))
+    first = d.select("ppdu", *_NEXT).group_by("ppdu").agg(pl.all().first()).select(
+        (pl.col("ppdu") - 1).alias("ppdu"), *(pl.col(c).alias(a) for c, a in _NEXT.items()))
+    return x.join(ends, on="ppdu", how="left").join(first, on="ppdu", how="left")
+
+
 def _confirmed(d: pl.DataFrame, data: pl.DataFrame) -> pl.Series:
     """Return, per row of `data` (good data frames of `d`), whether an ACK or a Block Ack confirmed it."""
     # ACK: the first record after the transmission's PPDU.
-    ends = d.group_by("ppdu").agg(pl.col("ts_ns").max().alias("ppdu_end"))
-    first = d.select("ppdu", "type", "sub", "ra", "ts_ns", "bad").group_by("ppdu").agg(pl.all().first()).select(
-        (pl.col("ppdu") - 1).alias("ppdu"), pl.col("type").alias("r_type"), pl.col("sub").alias("r_sub"),
-        pl.col("ra").alias("r_ra"), pl.col("ts_ns").alias("r_ts"), pl.col("bad").alias("r_bad"))
-    x = (data.select("_i", "ppdu", "ta", "ra", "seq")
-         .join(ends, on="ppdu", how="left").join(first, on="ppdu", how="left"))
+    x = _after_ppdu(d, data.select("_i", "ppdu", "ta", "ra", "seq"))
     ack = ((pl.col("r_type") == 1) & (pl.col("r_sub") == 13) & ~pl.col("r_bad") & (pl.col("r_ra") == pl.col("ta"))
            & ((pl.col("r_ts") - pl.col("ppdu_end")) <= ACK_WINDOW_NS)).fill_null(False)
     x = x.with_columns(ack.alias("ack"))
@@ -384,15 +404,67 @@ def _data(d: pl.DataFrame) -> pl.DataFrame:
     return data.with_columns(_confirmed(d, data).alias("acked"))
 
 
+_MPDU = ["station", "bss", "direction", "ta", "ra", "tid", "useq", "frag"]
+_NUL = np.iinfo(np.int64).min
+
+
+def _numbered(data: pl.DataFrame, key: list[str]) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """Return per row of `data` the number of its `key` values (0..n-1 in order of first appearance), the row
+    where they first appear, and n, by the compiled hash table (`_tcpk.hash_ids`) over a hash of the key
+    columns; None without the kernel or when two distinct keys share a hash (a group-by decides then)."""
+    if not tcpmod.KERNEL or data.height == 0:
+        return None
+    # every key column as int64 with null as a value no column holds (direction: 1 = up)
+    cols = data.select(pl.col(c).cast(pl.Int64).fill_null(_NUL) if c != "direction" else
+                       (pl.col(c) == "up").cast(pl.Int64).fill_null(_NUL) for c in key)
+    ids, rep = np.empty(data.height, np.int64), np.empty(data.height, np.int64)
+    h = cols.select(pl.struct(key).hash()).to_series().to_numpy().view(np.int64)
+    n = tcpmod._tcpk.hash_ids(np.ascontiguousarray(h), ids, rep)
+    again = np.flatnonzero(rep != np.arange(len(rep)))       # rows whose hash was seen before: same key?
+    for c in key:
+        v = cols.get_column(c).to_numpy()
+        if not (v[rep[again]] == v[again]).all():
+            return None
+    return ids, rep, n
+
+
 def _failed(data: pl.DataFrame) -> pl.DataFrame:
     """Return one row per data MPDU: station, direction, attempts, and whether it failed after the retry limit."""
-    key = ["station", "bss", "direction", "ta", "ra", "tid", "useq", "frag"]
-    return data.group_by(key).agg(
-        pl.len().alias("attempts"), pl.col("acked").any().alias("acked"),
-        pl.col("retry").last().alias("last_retry"), pl.col("frame").last().alias("last_frame"),
-        pl.col("retry").first().alias("first_retry"),
-    ).with_columns((~pl.col("acked") & pl.col("last_retry") & (pl.col("attempts") >= FAIL_MIN_ATTEMPTS))
-                   .alias("failed"))
+    num = _numbered(data, _MPDU)
+    if num is None:
+        out = data.group_by(_MPDU).agg(
+            pl.len().alias("attempts"), pl.col("acked").any().alias("acked"),
+            pl.col("retry").last().alias("last_retry"), pl.col("frame").last().alias("last_frame"),
+            pl.col("retry").first().alias("first_retry"))
+    else:
+        # the group-by's aggregates from the MPDU numbers: counts, any, and the first and last row of each
+        ids, rep, n = num
+        first = rep == np.arange(len(rep))
+        last = np.full(n, -1, np.int64)
+        np.maximum.at(last, ids, np.arange(len(ids)))
+        retry = data.get_column("retry").fill_null(False).to_numpy()
+        acked = np.bincount(ids, data.get_column("acked").fill_null(False).to_numpy(), n) > 0
+        out = data.filter(pl.Series(first)).select(_MPDU).with_columns(
+            pl.Series("attempts", np.bincount(ids, minlength=n), pl.UInt32), pl.Series("acked", acked),
+            pl.Series("last_retry", retry[last]), data.get_column("frame").gather(last).alias("last_frame"),
+            pl.Series("first_retry", retry[first]))
+    return out.with_columns((~pl.col("acked") & pl.col("last_retry") & (pl.col("attempts") >= FAIL_MIN_ATTEMPTS))
+                            .alias("failed"))
+
+
+def _msdu_fragments(data: pl.DataFrame) -> pl.DataFrame:
+    """Return one row per data MSDU (an MPDU without its fragment number): station, bss, direction and n, its
+    fragments (highest fragment number + 1; null when none is known)."""
+    key = _MPDU[:-1]
+    num = _numbered(data, key)
+    if num is None:
+        return data.group_by(key).agg((pl.col("frag").max() + 1).alias("n"))
+    ids, rep, n = num
+    # the highest fragment number of each: NaN (null) ignored, NaN where all are
+    top = np.full(n, np.nan)
+    np.fmax.at(top, ids, data.get_column("frag").cast(pl.Float64).fill_null(np.nan).to_numpy())
+    frags = pl.Series("n", top, nan_to_null=True).cast(data.schema["frag"]) + 1
+    return data.filter(pl.Series(rep == np.arange(len(rep)))).select(key).with_columns(frags)
 
 
 def _stations(d: pl.DataFrame, data: pl.DataFrame, capture_file: str) -> pl.DataFrame:
@@ -432,7 +504,7 @@ def _stations(d: pl.DataFrame, data: pl.DataFrame, capture_file: str) -> pl.Data
         pl.col("failed").filter(pl.col("direction") == "down").sum().cast(pl.Int64).alias("failed_mpdus_down"),
         pl.col("first_retry").sum().cast(pl.Int64).alias("unseen_tx_min"),
         (~pl.col("acked")).filter(single).mean().alias("ack_miss_fraction"))
-    msdu = (data.group_by(*key, "direction", "ta", "ra", "tid", "useq").agg((pl.col("frag").max() + 1).alias("n"))
+    msdu = (_msdu_fragments(data)
             .group_by(key).agg(pl.col("n").filter(pl.col("direction") == "down").mean()
                                .alias("fragments_per_msdu_down"),
                                pl.col("n").filter(pl.col("direction") == "up").mean()

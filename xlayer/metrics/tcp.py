@@ -889,11 +889,12 @@ def _events(t: pl.DataFrame, cand: pl.DataFrame) -> pl.DataFrame:
     # out of order: reordering extent = segments (bytes) that arrived before it with a higher sequence number
     ooo = cand.filter(pl.col("reorder"))
     if ooo.height:
-        d = t.lazy().filter(pl.col("seg")).select(*G, "frame", "ts_ns", "seq_u", "len").collect() \
-            .sort("conn", "dir", "frame")
+        d = t.lazy().filter(pl.col("seg")).select(*G, "frame", "ts_ns", "seq_u", "len").collect()
+        if not _in_direction_order(d):      # (`prepare` leaves its rows in that order: no sort)
+            d = d.sort("conn", "dir", "frame")
         d = d.with_columns(pl.int_range(pl.len()).over(G).alias("k"), pl.col("len").cum_sum().over(G).alias("cb"),
                            pl.col("seq_u").cum_max().over(G).alias("cmax"))
-        first_above = d.unique([*G, "cmax"], keep="first", maintain_order=True).select(
+        first_above = _first_of_runs(d, "cmax").select(
             *G, pl.col("cmax").alias("_cm"), pl.col("k").alias("j"), pl.col("frame").alias("ref_frame"),
             pl.col("ts_ns").alias("tj"), (pl.col("cb") - pl.col("len")).alias("cbj")).sort("_cm")
         o = ooo.select(*base, *G[1:], "seq_u", "base", "ack_u", "rbase").join(
@@ -912,6 +913,28 @@ def _events(t: pl.DataFrame, cand: pl.DataFrame) -> pl.DataFrame:
         if c not in ev.columns:
             ev = ev.with_columns(pl.lit(None, pl.Int64).alias(c))
     return ev.sort("frame")
+
+
+def _in_direction_order(d: pl.DataFrame) -> bool:
+    """Return whether the rows of `d` are in (conn, dir, frame) order, frames rising within a direction."""
+    if d.height < 2:
+        return True
+    new = ((pl.col("conn") != pl.col("conn").shift(1)) | (pl.col("dir") != pl.col("dir").shift(1))).fill_null(True)
+    if not d.select((new | (pl.col("frame") > pl.col("frame").shift(1))).fill_null(False).all()).item():
+        return False
+    heads = d.filter(d.select(new).to_series()).select(G)
+    return heads.height == heads.unique().height and heads.equals(heads.sort(G))
+
+
+def _first_of_runs(d: pl.DataFrame, col: str) -> pl.DataFrame:
+    """Return ``d.unique([*G, col], keep="first", maintain_order=True)`` of rows in (conn, dir, frame) order
+    whose `col` never falls within a direction (a cumulative max): the equal rows are then runs, whose first
+    rows are found by comparing neighbours instead of hashing three columns of every row."""
+    if d.get_column(col).null_count():
+        return d.unique([*G, col], keep="first", maintain_order=True)
+    new = (pl.col("conn") != pl.col("conn").shift(1)) | (pl.col("dir") != pl.col("dir").shift(1)) \
+        | (pl.col(col) != pl.col(col).shift(1))
+    return d.filter(new.fill_null(True))
 
 
 def _scales(t: pl.DataFrame) -> pl.DataFrame:
