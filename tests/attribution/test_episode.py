@@ -1,10 +1,11 @@
-"""The episode of a drop's MAC retries: the incident spans the retries that began before the goodput fell."""
+"""The episode of a drop's root cause: the incident spans the MAC retries, or the slow station's traffic,
+that began before the goodput fell."""
 from __future__ import annotations
 
 import polars as pl
 
 from xlayer.attribution.analyze import _with_episodes
-from xlayer.attribution.causes import mac_retries
+from xlayer.attribution.causes import mac_retries, performance_anomaly
 from xlayer.attribution.causes.base import Window
 from xlayer.attribution.drops import DropConfig
 from xlayer.attribution.incidents import CauseFinding
@@ -93,3 +94,52 @@ def test_an_incident_widens_to_its_episode_but_not_into_its_neighbour():
     assert (w1.start_ns, w1.end_ns) == (earlier.end_ns, _at(60))
     assert f1[0].numbers["episode"] == [earlier.end_ns / NS, _at(60) / NS]
     assert "before the goodput fell" in f1[0].summary
+
+
+def _air(slow: dict[int, float], steps: int = 100, trickle: tuple[int, ...] = ()) -> pl.DataFrame:
+    """Return transmissions every 0.1 s: station F at 54 Mbit/s throughout (60 frames of 0.25 ms a step),
+    and in step k of `slow` station S at that PHY rate (Mbit/s) with 20 frames of 1500 B (2 in the
+    steps of `trickle`)."""
+    rows = []
+    for k in range(steps):
+        for i in range(60):
+            t = T0 + k * STEP + i * (STEP // 60)
+            rows.append((t, t - 250_000, "F", 54.0))
+        if k in slow:
+            air = int(1500 * 8 / slow[k] * 1000)            # ns
+            for i in range(2 if k in trickle else 20):
+                t = T0 + k * STEP + i * (STEP // 20) + STEP // 40
+                rows.append((t, t - air, "S", slow[k]))
+    return pl.DataFrame(rows, schema={"ts_ns": pl.Int64, "tx_start_ns": pl.Int64, "station": pl.Utf8,
+                                      "rate_mbps": pl.Float64}, orient="row")
+
+
+def _slow_finding() -> CauseFinding:
+    hog = {"station": "S", "rate_mbps": 6.0, "others_rate_mbps": 54.0}
+    return CauseFinding("performance_anomaly", 0.8, "slow", {"hog": hog}, stations=["S"])
+
+
+def test_the_anomaly_spans_the_slow_stations_traffic_around_the_drop():
+    # S sends at 6 Mbit/s from 4.0 s to 7.0 s; the others' goodput falls only from 5.5 s to 6.0 s
+    drop = Window(_at(55), _at(60))
+    ctx = _Ctx(_air({k: 6.0 for k in range(40, 70)}), [(drop.start_ns, drop.end_ns)])
+    assert performance_anomaly.episode(ctx, drop, _slow_finding()) == (_at(40), _at(70))
+
+
+def test_the_anomaly_ends_where_the_slow_station_sends_fast_or_little():
+    # S at 6 Mbit/s from 4.0 s to 6.0 s, then at 48 Mbit/s (its link recovered) to 7.0 s; before 4.0 s it
+    # sends a trickle at 6 Mbit/s (2 frames a step): not the air it took in the drop
+    slow = {k: 6.0 for k in range(10, 60)} | {k: 48.0 for k in range(60, 70)}
+    drop = Window(_at(50), _at(58))
+    ctx = _Ctx(_air(slow, trickle=tuple(range(10, 40))), [(drop.start_ns, drop.end_ns)])
+    assert performance_anomaly.episode(ctx, drop, _slow_finding()) == (_at(40), _at(60))
+
+
+def test_no_slow_traffic_in_the_drop_makes_no_anomaly_episode():
+    drop = Window(_at(55), _at(60))
+    ctx = _Ctx(_air({k: 6.0 for k in range(20, 40)}), [(drop.start_ns, drop.end_ns)])
+    assert performance_anomaly.episode(ctx, drop, _slow_finding()) is None
+    # nor a finding that names no rate below the others'
+    f = CauseFinding("performance_anomaly", 0.8, "slow", {"hog": {"station": "S", "rate_mbps": 54.0,
+                                                                   "others_rate_mbps": 54.0}}, stations=["S"])
+    assert performance_anomaly.episode(_Ctx(_air({k: 6.0 for k in range(40, 70)}), []), drop, f) is None

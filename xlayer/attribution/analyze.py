@@ -17,8 +17,9 @@
    show another finding made ranks right after it and says why.  An incident nothing explains is
    kept, cause None.
 4. A drop whose root cause measures its own episode (``episode`` in the cause module: MAC retries
-   that rose before the goodput fell and went on after it) is widened to it, never into a
-   neighbouring drop or event: the incident shows when the cause began, not only its symptom.
+   that rose before the goodput fell and went on after it, a slow station's traffic that began before
+   the others' goodput gave way) is widened to it, never into a neighbouring drop or event: the
+   incident shows when the cause began, not only its symptom.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import polars as pl
 
-from xlayer.attribution.causes import delaysplit
+from xlayer.attribution.causes import delaysplit, episodes
 from xlayer.attribution.causes.base import LEAD_NS, NS, Context, Window, clip01, frames
 from xlayer.attribution.incidents import CauseFinding
 
@@ -233,11 +233,9 @@ def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
 
 
 # The episode of a drop's retries: where its station's retry fraction stood above its usual level.
-EPISODE_STEP_NS = 100_000_000     # steps of the retry-fraction series
 EPISODE_MIN_ATTEMPTS = 10         # a step's fraction counts from this many transmissions
 EPISODE_Z = 3.0                   # standard errors above the usual fraction (binomial) that make a step elevated
 EPISODE_MIN_RISE = 0.05           # ... and at least this much above it
-EPISODE_MAX_NS = 2 * NS           # the episode is looked for this far either side of the drop
 
 
 def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
@@ -252,7 +250,7 @@ def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
     if not f.stations:
         return None
     st = f.stations[0]
-    lo, hi = w.start_ns - EPISODE_MAX_NS, w.end_ns + EPISODE_MAX_NS
+    lo, hi = w.start_ns - episodes.MAX_NS, w.end_ns + episodes.MAX_NS
     att = ctx.between("attempts", lo, hi).filter(pl.col("station") == st)
     if att.height < MIN_ATTEMPTS:
         return None
@@ -263,36 +261,15 @@ def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
     if usual.height < MIN_ATTEMPTS:
         return None
     p0 = float(usual["retry"].mean())
-    steps = (att.group_by(((pl.col("ts_ns") - lo) // EPISODE_STEP_NS).alias("k"))
+    steps = (att.group_by(((pl.col("ts_ns") - lo) // episodes.STEP_NS).alias("k"))
              .agg(pl.len().alias("n"), pl.col("retry").sum().alias("r")).sort("k"))
-    nsteps = int((hi - lo) // EPISODE_STEP_NS) + 1
+    nsteps = int((hi - lo) // episodes.STEP_NS) + 1
     state = [0] * nsteps          # 1 elevated, -1 not, 0 too few transmissions to say
     for k, n, r in steps.iter_rows():
         if 0 <= k < nsteps and n >= EPISODE_MIN_ATTEMPTS:
             q = r / n
             se = (max(p0, 1.0 / n) * (1.0 - p0) / n) ** 0.5
             state[k] = 1 if q >= p0 + max(EPISODE_Z * se, EPISODE_MIN_RISE) else -1
-    first = (w.start_ns - lo) // EPISODE_STEP_NS
-    last = (w.end_ns - 1 - lo) // EPISODE_STEP_NS
-    inside = [k for k in range(first, last + 1) if state[k] == 1]
-    if not inside:
-        return None
-    # On/off bursts (a hidden node's) leave quiet steps inside the episode: runs apart by no more
-    # than the drops' own merge gap are one, as drop windows are.
-    gap = max(1, int(round(ctx.cfg.merge_gap_s * NS / EPISODE_STEP_NS)))
-    first, last = _grow(state, inside[0], -1, gap), _grow(state, inside[-1], +1, gap)
-    return lo + first * EPISODE_STEP_NS, lo + (last + 1) * EPISODE_STEP_NS
-
-
-def _grow(state: list[int], k: int, d: int, gap: int) -> int:
-    """Return the last elevated step reached from step k going in direction d, across runs of at most
-    `gap` steps that are not elevated."""
-    quiet = 0
-    j = k
-    while 0 <= j + d < len(state) and quiet <= gap:
-        j += d
-        if state[j] == 1:
-            k, quiet = j, 0
-        else:
-            quiet += 1
-    return k
+    # On/off bursts (a hidden node's) leave quiet steps inside the episode
+    gap = max(1, int(round(ctx.cfg.merge_gap_s * NS / episodes.STEP_NS)))
+    return episodes.span(state, lo, w.start_ns, w.end_ns, gap)

@@ -9,7 +9,9 @@ the capture has it); (2) from the AP's transmit line (the
 time than their share, the excess being the line time the others lost, on a weak link (its rate a
 fraction of the others', its signal weaker).  The second sees the anomaly among many stations, where
 the slow one's airtime share stays under half.  The condition holds for as long as the stations are
-busy, so this cause also proposes those windows.
+busy, so this cause also proposes those windows.  A drop it is the root of spans its episode: the
+0.1 s steps around the drop in which the slow station kept taking about as much air at its slow rate
+as in the drop (`episode`), since its traffic starts before the others' goodput gives way.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from statistics import median
 
 import polars as pl
 
-from xlayer.attribution.causes import delaysplit
+from xlayer.attribution.causes import delaysplit, episodes
 from xlayer.attribution.causes.base import NS, Context, Window, clip01, frames
 from xlayer.attribution.incidents import CauseFinding
 
@@ -230,3 +232,62 @@ def propose(ctx: Context) -> list[Window]:
             out.append(Window(s, e, ctx.flows_of(stations), stations, kind="sustained", proposer=NAME))
         i = j
     return out
+
+
+# The episode of a drop's anomaly: where its slow station kept taking the air at its slow rate.
+EPISODE_MIN_AIR = 0.5     # a step counts when the slow station's airtime is this fraction of its median in the drop
+
+
+def _rates(f: CauseFinding) -> tuple[float, float] | None:
+    """Return (slow station's rate, the others' rate) in Mbit/s from a finding's numbers, or None."""
+    h = f.numbers.get("hog")
+    if h is not None:
+        slow, other = h.get("rate_mbps"), h.get("others_rate_mbps")
+    else:
+        st = f.numbers.get("stations") or []
+        slow = st[0]["rate_mbps"] if st else None
+        other = max((s["rate_mbps"] or 0.0 for s in st[1:]), default=None)
+    if not slow or not other or slow >= other:
+        return None
+    return float(slow), float(other)
+
+
+def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
+    """Return (start_ns, end_ns) of the run of steps around the drop in which the slow station kept
+    sending at its slow rate about as much air as it took in the drop, or None when it cannot be told.
+
+    The anomaly holds while the slow station contends: its traffic starts before the others' goodput
+    falls (their queues and TCP's timers absorb the first of it) and may outlast the drop.  A step
+    belongs to it when the station's frames took at least EPISODE_MIN_AIR of the airtime per step
+    they took in the drop, at a rate nearer its slow rate than the others' (below their geometric mean).
+    """
+    rates = _rates(f)
+    if not f.stations or rates is None:
+        return None
+    st, cut = f.stations[0], (rates[0] * rates[1]) ** 0.5
+    lo, hi = w.start_ns - episodes.MAX_NS, w.end_ns + episodes.MAX_NS
+    att = ctx.between("attempts", lo, hi)
+    if att.height == 0:
+        return None
+    k = ((pl.col("ts_ns") - lo) // episodes.STEP_NS).alias("k")
+    seen = set(att.select(k.unique())["k"].to_list())     # steps with any transmission: the air was watched
+    mine = (att.filter(pl.col("station") == st).group_by(k)
+            .agg((pl.col("ts_ns") - pl.col("tx_start_ns")).sum().alias("air"),
+                 (((pl.col("ts_ns") - pl.col("tx_start_ns")) * pl.col("rate_mbps")).sum()
+                  / (pl.col("ts_ns") - pl.col("tx_start_ns")).sum()).alias("rate")))
+    first, last = (w.start_ns - lo) // episodes.STEP_NS, (w.end_ns - 1 - lo) // episodes.STEP_NS
+    inside = mine.filter((pl.col("k") >= first) & (pl.col("k") <= last))
+    nsteps = int((hi - lo) // episodes.STEP_NS) + 1
+    if inside.height == 0:
+        return None
+    # the drop's steps without the station's frames count as zero air
+    need = EPISODE_MIN_AIR * float(pl.concat([inside["air"].cast(pl.Float64),
+                                              pl.Series([0.0] * max(0, last - first + 1 - inside.height))]).median())
+    if need <= 0:
+        return None
+    state = [-1 if s in seen else 0 for s in range(nsteps)]
+    for s, air, rate in mine.iter_rows():
+        if 0 <= s < nsteps and air and air >= need and rate is not None and rate <= cut:
+            state[s] = 1
+    gap = max(1, int(round(ctx.cfg.merge_gap_s * NS / episodes.STEP_NS)))
+    return episodes.span(state, lo, w.start_ns, w.end_ns, gap)
