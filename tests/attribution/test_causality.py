@@ -510,3 +510,20 @@ def test_unanswered_rts_are_retry_time_of_the_line():
     assert int(end[-1] - start[-1]) == delaysplit.RTS_CYCLE_MAX_NS
     got = explain(ctx, W, _findings("spurious_rto"))
     assert [f.cause for f in got] == ["mac_retries", "spurious_rto"] and "MAC retry time" in got[1].because
+
+
+def test_the_steady_state_leaves_out_the_lead_before_a_drop():
+    # a hidden node's on/off bursts from 9.6 s, 0.4 s before the goodput falls at 10 s: B's head MPDU
+    # retried for 150 ms every 300 ms; steady before
+    bursts = [{"arrive": t, "station": "B", "flow": "g", "attempts": 60, "retry": 150} for t in range(9_600, 11_400, 300)]
+    line = _line(_steady(9_000, 12_000) + bursts)
+    got = explain(_Ctx(line, quiet=[(W.start_ns, W.end_ns)]), W, _findings("spurious_rto", "mac_retries"))
+    assert [f.cause for f in got] == ["mac_retries", "spurious_rto"]
+    # the late packets are compared with the steady line, not with the burst's own start
+    out = got[1].numbers["delay_outside_ms"]
+    assert out["hog"] == 0.0 and out["retry"] == 0.0 and out["load"] < 1.0
+    assert got[1].numbers["delay_ms"]["hog"] > 100
+    # a drop from the first steady packet has no lead to spare: what is left is its baseline
+    early = Window(9_100 * MS, 12_000 * MS, ["f"])
+    got = explain(_Ctx(line, quiet=[(early.start_ns, early.end_ns)]), early, _findings("spurious_rto", "mac_retries"))
+    assert got[1].numbers["delay_outside_ms"]["load"] < 1.0

@@ -247,6 +247,21 @@ def _parts(d: pl.DataFrame, all_d: pl.DataFrame, hog: str | None,
     return {"wired": wired, "load": load, "retry": retry, "fragments": frags, "hog": hogp}
 
 
+def _steady(ctx: Context, name: str, flows: list[str] | None = None) -> pl.DataFrame:
+    """Return the rows of a table in the steady state: outside every drop window and the LEAD_NS
+    before each, or outside the drop windows alone when that leaves no packet of `flows`.
+
+    A cause starts before the goodput falls (a hidden node's first collisions, a slow station's first
+    frames): a baseline holding that lead would count the cause's own start as usual.  A drop from the
+    first steady second has no lead to spare: its baseline is what is left."""
+    rows = ctx.outside(name)
+    kept = rows
+    for s, _e in ctx.quiet:
+        kept = kept.filter((pl.col("ts_ns") < s - LEAD_NS) | (pl.col("ts_ns") >= s))
+    mine = kept if flows is None else kept.filter(pl.col("flow").is_in(flows))
+    return kept if mine.height else rows
+
+
 def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None) -> Split | None:
     """Return where the flows' slowest packets in the window spent their delay, against outside the drops.
 
@@ -270,15 +285,15 @@ def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None
     if not sel.any():
         sel = total >= np.quantile(total, 0.9)
     inside = {k: float(v[sel].mean()) / 1e6 for k, v in parts.items()}
-    out = ctx.outside("delay")
-    out = out.filter(pl.col("flow").is_in(flows))
+    line = _steady(ctx, "delay", flows)
+    out = line.filter(pl.col("flow").is_in(flows))
     outside = {}
     if out.height:
-        po = _parts(out, ctx.outside("delay"), hog.station if hog else None,
-                    rts_retry_spans(ctx.outside("air_frames"), stations))
+        po = _parts(out, line, hog.station if hog else None,
+                    rts_retry_spans(_steady(ctx, "air_frames"), stations))
         outside = {k: float(v.mean()) / 1e6 for k, v in po.items()}
     # how long the line took per packet, in and out: a longer queue of the same work is more packets
     # ahead; the same queue of slower work is what a change on the air made
     svc_in = float(served["service_ns"].mean() or 0.0) / 1e6
-    svc_out = float(ctx.outside("delay")["service_ns"].mean() or 0.0) / 1e6 if out.height else None
+    svc_out = float(line["service_ns"].mean() or 0.0) / 1e6 if out.height else None
     return Split(inside, outside, int(sel.sum()), hog, {"service_ms": svc_in, "service_outside_ms": svc_out})
