@@ -19,7 +19,8 @@ what the AP's transmit line was doing while it waited and while it was sent: ret
 further fragments, one hog station's service, plain work, and the wired path before the AP.  The
 AP's parts are compared as shares of the time the late packets waited (a longer queue of the same
 work grows them all alike; the wired path adds whatever the queue).  The part whose share grew the
-most against outside the drop windows is what changed; it is the root when the late packets' delay
+most against the steady state (outside the drop windows and the half second before each: a cause
+starts before the goodput falls) is what changed; it is the root when the late packets' delay
 reached half the RTO and that part made at least `ROOT_MIN_SHARE` of the growth (`root_cause`:
 plain queueing behind normally served packets is a root only as a full queue).  The finding of
 that cause takes the consequence's rank and the consequence follows it, saying why

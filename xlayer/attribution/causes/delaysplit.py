@@ -266,7 +266,7 @@ def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None
     """Return where the flows' slowest packets in the window spent their delay, against outside the drops.
 
     The packets are those whose delay (wired + AP) reached half the RTO when given, else the slowest
-    tenth; outside the drop windows every packet of the same flows counts.
+    tenth; in the steady state (`_steady`) every packet of the same flows counts.
     """
     d = _window(ctx, w)
     if d.height == 0 or not flows:
