@@ -88,6 +88,14 @@ def test_covers_its_ranges() -> None:
             assert max((st.x ** 2 + st.y ** 2) ** 0.5 for st in sc.stations) <= 20.0
 
 
+def test_a_delayed_ack_never_outlasts_the_rto_floor() -> None:
+    # ns-3's 200 ms delayed ACK equals the 200 ms RTO floor: a lone segment's ACK held back that long
+    # times the sender out (steady trial runs had 1-22 RTOs); the receivers wait at most as Linux does
+    for seed in SEEDS[:40]:
+        sc = get_scenario("random", seed=seed)
+        assert sc.del_ack_timeout_ms is not None and sc.del_ack_timeout_ms <= 0.25 * sc.min_rto_ms, seed
+
+
 def test_wired_delay_drawn_and_windows_sized_for_it() -> None:
     ps = [draw(s) for s in SEEDS]
     delays = [p["wired_delay_ms"] for p in ps]

@@ -46,6 +46,8 @@ Constraints that keep the truth honest (what the draw will not produce):
   drop happens without the UDP cause, except after spurious timeouts (the servers resend whole
   windows while the originals still wait in the queue): the truth then names ``ap_queue_overflow``
   as a secondary cause.  The send buffer is at least the receive window.
+- The receivers delay ACKs at most 40 ms, as Linux does (ns-3's 200 ms equals the 200 ms RTO floor: a
+  lone segment's delayed ACK then times the sender out, and a steady run has RTOs).
 - The wired link of a random run is point-to-point at 1 Gbit/s with the drawn delay (the fixed
   scenarios keep CSMA with 500 ns: a CSMA channel stays busy for its whole delay); its captures are
   written as Ethernet II, as a host's capture on that link shows them.
@@ -102,6 +104,12 @@ HIDDEN_VICTIM_M = (15.0, 20.0)
 HIDDEN_OTHERS_MAX_M = 10.0
 HIDDEN_FOR_S = (0.6, 2.0)
 HIDDEN_MODES = ("ErpOfdmRate6Mbps", "ErpOfdmRate12Mbps", "ErpOfdmRate24Mbps", "ErpOfdmRate54Mbps")
+
+
+# The receivers delay an ACK at most 40 ms, as Linux does (its delayed-ACK floor, TCP_ATO_MIN): ns-3's
+# default, 200 ms, equals the RTO floor, so a lone segment's delayed ACK made the sender time out
+# (steady trial runs had 1-22 RTOs and no cause).
+DEL_ACK_MS = 40.0
 
 
 def _r(x: float, nd: int = 2) -> float:
@@ -305,7 +313,7 @@ def _build(seconds: float | None, seed: int) -> Scenario:
         standard=p["standard"], rate_manager=p["rate_manager"], data_mode=p["data_mode"],
         control_mode=control, queue_packets=p["queue_packets"], tcp_rcv_buf=rcv_buf,
         tcp_snd_buf=max(DEFAULT_RCV_BUF, rcv_buf), wired_delay_ms=p["wired_delay_ms"],
-        expect=hooks.expect, causes=hooks.causes, **extra)
+        del_ack_timeout_ms=DEL_ACK_MS, expect=hooks.expect, causes=hooks.causes, **extra)
 
 
 def rcv_buffer(p: dict[str, Any], n_tcp: int) -> int:
