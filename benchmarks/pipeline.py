@@ -34,12 +34,45 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 
+class Peaks:
+    """Peak RSS per stage and so far (MB).  A stage's own peak is Linux's VmHWM, reset after each stage
+    through /proc/self/clear_refs; that reset also resets ru_maxrss, so the peak so far is kept here.
+    Without /proc (or without the right to reset), only ru_maxrss: stages have no own peak."""
+
+    def __init__(self) -> None:
+        self.highest = 0.0
+        self.own = self._reset() is not None
+
+    @staticmethod
+    def _reset() -> float | None:
+        try:
+            with open("/proc/self/status") as fh:
+                hwm = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+        except (OSError, StopIteration, ValueError):
+            return None
+        return hwm / 1024
+
+    def stage(self) -> float | None:
+        """Return the peak RSS since the previous call (None: not known) and start the next stage's."""
+        if not self.own:
+            self.highest = max(self.highest, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+            return None
+        got = self._reset()
+        if got is None:
+            return None
+        self.highest = max(self.highest, got)
+        return got
+
+
 def child(bundle: str) -> None:
     """Run the pipeline and print one JSON line: rows per table, seconds per stage, peak RSS."""
     from xlayer.attribution.analyze import analyze
     from xlayer.metrics import open_timeline
     from xlayer.metrics.export import write_metrics
 
+    peaks = Peaks()
     t0 = time.perf_counter()
     tl = open_timeline(bundle, cache=False)   # the whole pipeline each time, nothing kept
     t1 = time.perf_counter()
@@ -47,6 +80,7 @@ def child(bundle: str) -> None:
     last = [time.perf_counter()]
 
     rss_at: dict[str, float] = {}
+    own: dict[str, float | None] = {}
     prev = [""]
 
     def step(name: str) -> None:
@@ -54,11 +88,13 @@ def child(bundle: str) -> None:
         now = time.perf_counter()
         if prev[0]:
             stages[prev[0]] = round(now - last[0], 3)
-            rss_at[prev[0]] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            own[prev[0]] = peaks.stage()
+            rss_at[prev[0]] = peaks.highest
         prev[0] = name
         last[0] = now
 
-    rss_open = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peaks.stage()
+    rss_open = peaks.highest
     with tempfile.TemporaryDirectory(prefix="xlayer-bench-") as out:
         man = write_metrics(tl, out, progress=step)
         step("analyze")
@@ -70,10 +106,12 @@ def child(bundle: str) -> None:
     t2 = time.perf_counter()
     # one column suffices to count rows: the whole table would be read into memory for its height
     frames = {e.file: tl.packets(e.file, columns=["frame"]).height for e in tl.entries()}
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peaks.stage()
+    rss = peaks.highest
     ru = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"cpu_s": ru.ru_utime + ru.ru_stime, "read_align_s": t1 - t0, "metrics_s": t2 - t1, "total_s": t2 - t0, "rows": rows,
                       "stage_s": stages, "peak_rss_after_mb": rss_at, "peak_rss_open_mb": rss_open,
+                      "stage_peak_mb": own,
                       "frames": frames, "peak_rss_mb": rss, "parquet_mb": parquet_mb, "kinds": {e.file: e.kind for e in tl.entries()}}))
 
 
@@ -99,10 +137,13 @@ def run_one(bundle: str, skip_tshark: bool) -> dict | None:
     print(f"  time per frame (air frames + wired packets): {wall / max(frames, 1) * 1e6:.2f} us; "
           f"CPU time (user + system, all threads) {res['cpu_s']:.1f} s, {res['cpu_s'] / max(frames, 1) * 1e6:.2f} us per frame")
     print(f"  peak RSS after reading and aligning: {res['peak_rss_open_mb']:.0f} MB")
+    print("  (per table: peak RSS so far, and the module's own peak while it computed and wrote its tables, "
+          "or analyze's)")
     for name, n in res["rows"].items():
         # a module computes all its tables at once: the time shows on its first table, 0 on the others
         print(f"  {name:18s} {n:>10,} {'incidents' if name == 'analyze' else 'rows':9s} {res['stage_s'].get(name, 0):7.1f} s  "
-              f"peak RSS so far {res['peak_rss_after_mb'].get(name, 0):6.0f} MB")
+              f"peak RSS so far {res['peak_rss_after_mb'].get(name, 0):6.0f} MB"
+              + (f", own {res['stage_peak_mb'][name]:6.0f} MB" if res.get("stage_peak_mb", {}).get(name) else ""))
     tsh = tsh_cpu = None
     if not skip_tshark:
         from xlayer.bundle.manifest import open_bundle

@@ -1,8 +1,11 @@
 """What every cause module gets: the analysis context (tables, windows, who is who) and small helpers."""
 from __future__ import annotations
 
+import ast
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -44,10 +47,23 @@ class Context:
         self.quiet: list[tuple[int, int]] = []     # drop windows: "outside" statistics leave them out
 
     def table(self, name: str) -> pl.DataFrame:
-        """Return a metric table of the timeline (read once per analysis, then kept)."""
+        """Return a metric table of the timeline, only its columns the analysis reads (read once, then kept)."""
         key = f"table:{name}"
         if key not in self._cache:
-            self._cache[key] = self.tl.table(name)
+            if not hasattr(self.tl, "table_columns"):      # a stand-in holding its tables in memory
+                df = self.tl.table(name)
+                self._cache[key] = df.select(_kept(df.columns))
+            else:
+                self._cache[key] = self.tl.table(name, columns=_kept(self.tl.table_columns(name)))
+        return self._cache[key]
+
+    def _sorted(self, name: str, col: str) -> bool:
+        """Return whether a table's `col` ascends with no null (its time windows are then slices)."""
+        key = f"sorted:{name}:{col}"
+        if key not in self._cache:
+            s = self.table(name).get_column(col)
+            # (an epoch time in ns: a window's bounds compare with it as they are)
+            self._cache[key] = s.dtype == pl.Int64 and s.null_count() == 0 and s.is_sorted()
         return self._cache[key]
 
     def between(self, name: str, start_ns: int, end_ns: int, col: str = "ts_ns") -> pl.DataFrame:
@@ -55,14 +71,21 @@ class Context:
         df = self.table(name)
         if df.height == 0:
             return df
+        if self._sorted(name, col):
+            # the same rows as the filter below, without copying them (called per window and per cause)
+            s = df.get_column(col)
+            lo = int(s.search_sorted(start_ns, side="left"))
+            hi = max(int(s.search_sorted(end_ns, side="left")), lo)
+            return df.slice(lo, hi - lo)
         return df.filter((pl.col(col) >= start_ns) & (pl.col(col) < end_ns))
 
     def outside(self, name: str, col: str = "ts_ns") -> pl.DataFrame:
         """Return the rows of a table outside every drop window (the steady state to compare with)."""
         df = self.table(name)
-        for s, e in self.quiet:
-            df = df.filter((pl.col(col) < s) | (pl.col(col) >= e))
-        return df
+        if not self.quiet:
+            return df
+        # one filter (one copy of the rows kept), not one per window
+        return df.filter(pl.all_horizontal([(pl.col(col) < s) | (pl.col(col) >= e) for s, e in self.quiet]))
 
     @property
     def span(self) -> tuple[int, int]:
@@ -108,6 +131,35 @@ class Context:
         if "data_flows" not in self._cache:
             self._cache["data_flows"] = data_flows(self.table("flows"), self.cfg)["flow"].to_list()
         return self._cache["data_flows"]
+
+
+@lru_cache(maxsize=1)
+def read_names() -> frozenset[str]:
+    """Return every string constant in the attribution package's source: the names of the columns it can read.
+
+    The analysis reads its tables by literal column names (``pl.col("ts_ns")``, ``df["station"]``); the
+    Context keeps only the table columns named somewhere in this source (of a 1 M-frame bundle's attempts,
+    downlink and uplink tables, about a third of the bytes are columns no cause reads).
+    """
+    names: set[str] = set()
+    for path in Path(__file__).resolve().parents[1].rglob("*.py"):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            return frozenset()      # a source not readable as a whole: keep every column rather than guess
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.add(node.value)
+    return frozenset(names)
+
+
+def _kept(names: list[str]) -> list[str]:
+    """Return the columns of a table the Context keeps: those the analysis names (`read_names`); a table
+    none of whose columns are named keeps its first, which holds its height; without the source to
+    read (an install of compiled files only) every column is kept."""
+    if not read_names():
+        return list(names)
+    return [c for c in names if c in read_names()] or names[:1]
 
 
 def clip01(x: float) -> float:
