@@ -255,9 +255,10 @@ def _steady(ctx: Context, name: str, flows: list[str] | None = None) -> pl.DataF
     frames): a baseline holding that lead would count the cause's own start as usual.  A drop from the
     first steady second has no lead to spare: its baseline is what is left."""
     rows = ctx.outside(name)
-    kept = rows
-    for s, _e in ctx.quiet:
-        kept = kept.filter((pl.col("ts_ns") < s - LEAD_NS) | (pl.col("ts_ns") >= s))
+    if not ctx.quiet:
+        return rows
+    kept = rows.filter(pl.all_horizontal([(pl.col("ts_ns") < s - LEAD_NS) | (pl.col("ts_ns") >= s)
+                                          for s, _e in ctx.quiet]))
     mine = kept if flows is None else kept.filter(pl.col("flow").is_in(flows))
     return kept if mine.height else rows
 

@@ -7,14 +7,17 @@ windows are merged.
 """
 from __future__ import annotations
 
-STEP_NS = 100_000_000     # steps of an episode's series
-MAX_NS = 2_000_000_000    # an episode is looked for this far either side of the drop
+from xlayer.text import NS
+
+STEP_NS = NS // 10        # steps of an episode's series
+MAX_NS = 2 * NS           # an episode is looked for this far either side of the drop
 
 
-def span(state: list[int], lo: int, start_ns: int, end_ns: int, gap: int,
+def span(state: list[int], lo: int, start_ns: int, end_ns: int, merge_gap_s: float,
          step_ns: int = STEP_NS) -> tuple[int, int] | None:
     """Return (start_ns, end_ns) of the elevated run around [start_ns, end_ns) in steps from `lo`,
     or None when no step inside the window is elevated."""
+    gap = max(1, round(merge_gap_s * NS / step_ns))
     first = (start_ns - lo) // step_ns
     last = (end_ns - 1 - lo) // step_ns
     inside = [k for k in range(max(first, 0), min(last, len(state) - 1) + 1) if state[k] == 1]

@@ -20,7 +20,7 @@ from dataclasses import replace
 import polars as pl
 
 from xlayer.attribution.causes import delaysplit, episodes
-from xlayer.attribution.causes.base import LEAD_NS, NS, Context, Window, clip01, frames
+from xlayer.attribution.causes.base import LEAD_NS, Context, Window, clip01, frames
 from xlayer.attribution.incidents import CauseFinding
 
 NAME = "mac_retries"
@@ -271,5 +271,4 @@ def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
             se = (max(p0, 1.0 / n) * (1.0 - p0) / n) ** 0.5
             state[k] = 1 if q >= p0 + max(EPISODE_Z * se, EPISODE_MIN_RISE) else -1
     # On/off bursts (a hidden node's) leave quiet steps inside the episode
-    gap = max(1, int(round(ctx.cfg.merge_gap_s * NS / episodes.STEP_NS)))
-    return episodes.span(state, lo, w.start_ns, w.end_ns, gap)
+    return episodes.span(state, lo, w.start_ns, w.end_ns, ctx.cfg.merge_gap_s)

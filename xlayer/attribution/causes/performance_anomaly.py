@@ -289,5 +289,4 @@ def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
     for s, air, rate in mine.iter_rows():
         if 0 <= s < nsteps and air and air >= need and rate is not None and rate <= cut:
             state[s] = 1
-    gap = max(1, int(round(ctx.cfg.merge_gap_s * NS / episodes.STEP_NS)))
-    return episodes.span(state, lo, w.start_ns, w.end_ns, gap)
+    return episodes.span(state, lo, w.start_ns, w.end_ns, ctx.cfg.merge_gap_s)
