@@ -219,7 +219,7 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
     if cfg.window is not None:
         t0 = ctx.span[0]
         span = (t0 + int(cfg.window[0] * NS), t0 + int(cfg.window[1] * NS))
-    drops = find_drops(g, cfg, span, warmups(tl.table("rtt"), cfg))
+    drops = find_drops(g, cfg, span, warmups(ctx.table("rtt"), cfg))
     windows = []
     for s, e, d in merge_windows(drops, int(cfg.merge_gap_s * NS)):
         flows = d["flow"].unique(maintain_order=True).to_list()

@@ -73,7 +73,8 @@ def propose(ctx: Context) -> list[Window]:
     transmitter, so a station whose traffic starts later (and a drop starting with it) falls inside a
     condition that already held rather than starting one of its own.
     """
-    att = ctx.table("attempts")
+    # (only what the spans read: a group-by copies every column of its groups)
+    att = ctx.table("attempts").select("ta", "mac_seq", "frag", "station", "ts_ns")
     out = []
     for (_ta,), a in att.group_by("ta", maintain_order=True):
         fpm, _, msdus = _fpm(a)

@@ -112,8 +112,10 @@ def propose(ctx: Context) -> list[Window]:
     out = []
     if att.height == 0:
         return out
-    for (st,), a in att.group_by("station"):
-        s, e = int(a["ts_ns"].min()), int(a["ts_ns"].max()) + 1
+    # each station's first and last transmission (not its rows split out: a copy of the whole table)
+    spans = att.group_by("station").agg(pl.col("ts_ns").min().alias("s"), pl.col("ts_ns").max().alias("e"))
+    for st, s, e in spans.iter_rows():
+        s, e = int(s), int(e) + 1
         ratio, rts, att_w, _ = _ratio(ctx, s, e, [st])
         if ppdus(att_w) >= MIN_DATA and ratio >= 0.5:
             out.append(Window(s, e, ctx.flows_of([st]), [st], kind="sustained", proposer=NAME))
