@@ -665,27 +665,12 @@ def _identities(df: pl.DataFrame) -> pl.DataFrame | None:
         *_KEY, "frame", "ts_ns", pl.col("n").fill_null(1), "_k")
 
 
-def _hash_ids(h: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """Return per row of the 64-bit hashes `h` its hash's number (0..n-1, in order of first appearance), the
-    row where that hash first appears, and n (`_tcpk.hash_ids`: one pass, no sort)."""
-    ids, rep = np.empty(len(h), np.int64), np.empty(len(h), np.int64)
-    n = tcpmod._tcpk.hash_ids(np.ascontiguousarray(h.view(np.int64)), ids, rep)
-    return ids, rep, n
-
-
-def _same_identity(cols: list[np.ndarray], rep: np.ndarray) -> bool:
-    """Return whether every row has the identity (`cols`: `_KEY` columns) of the row `rep` names.  (`prepare`
-    fills their nulls; one left would come out of polars as NaN, equal to nothing: a mismatch, not a match.)"""
-    again = np.flatnonzero(rep != np.arange(len(rep)))      # only rows whose hash was seen before can differ
-    return all(bool((c[rep[again]] == c[again]).all()) for c in cols)
-
-
 def _identities_kernel(k: pl.DataFrame) -> pl.DataFrame | None:
     """Return `_identities`' rows of `k` (_KEY, frame, ts_ns, _k; rows in frame order) by one pass of the
     compiled hash table: each identity's first row and its count; None when two identities share a hash."""
-    ids, rep, n = _hash_ids(k.get_column("_k").to_numpy())
+    ids, rep, n = tcpmod.hash_ids(k.get_column("_k").to_numpy())
     first = rep == np.arange(len(rep))
-    if not first.all() and not _same_identity([k.get_column(c).to_numpy() for c in _KEY], rep):
+    if not first.all() and not tcpmod.same_keys([k.get_column(c).to_numpy() for c in _KEY], rep):
         return None
     counts = np.bincount(ids, minlength=n)[ids[first]].astype(np.int32)
     return k.filter(pl.Series(first)).select(*_KEY, "frame", "ts_ns", pl.Series("n", counts), "_k")
@@ -732,10 +717,10 @@ def _numbered_kernel(frames: list[pl.DataFrame]) -> tuple[np.ndarray | None, int
     """Return `numbered_ids`' numbers of the keyed rows `frames` (in order, concatenated) and how many, by the
     compiled hash table (numbers in order of first appearance); None when two identities share a hash.
     Only the hashes and, one at a time, each identity column are put together: not a sorted copy of all."""
-    ids, rep, n = _hash_ids(np.concatenate([f.get_column("_k").to_numpy() for f in frames]))
+    ids, rep, n = tcpmod.hash_ids(np.concatenate([f.get_column("_k").to_numpy() for f in frames]))
     if not (rep == np.arange(len(rep))).all():
         for c in _KEY:
-            if not _same_identity([np.concatenate([f.get_column(c).to_numpy() for f in frames])], rep):
+            if not tcpmod.same_keys([np.concatenate([f.get_column(c).to_numpy() for f in frames])], rep):
                 return None, 0
     return ids.view(np.uint64), n
 

@@ -417,14 +417,9 @@ def _numbered(data: pl.DataFrame, key: list[str]) -> tuple[np.ndarray, np.ndarra
     # every key column as int64 with null as a value no column holds (direction: 1 = up)
     cols = data.select(pl.col(c).cast(pl.Int64).fill_null(_NUL) if c != "direction" else
                        (pl.col(c) == "up").cast(pl.Int64).fill_null(_NUL) for c in key)
-    ids, rep = np.empty(data.height, np.int64), np.empty(data.height, np.int64)
-    h = cols.select(pl.struct(key).hash()).to_series().to_numpy().view(np.int64)
-    n = tcpmod._tcpk.hash_ids(np.ascontiguousarray(h), ids, rep)
-    again = np.flatnonzero(rep != np.arange(len(rep)))       # rows whose hash was seen before: same key?
-    for c in key:
-        v = cols.get_column(c).to_numpy()
-        if not (v[rep[again]] == v[again]).all():
-            return None
+    ids, rep, n = tcpmod.hash_ids(cols.select(pl.struct(key).hash()).to_series().to_numpy())
+    if not tcpmod.same_keys([cols.get_column(c).to_numpy() for c in key], rep):
+        return None
     return ids, rep, n
 
 

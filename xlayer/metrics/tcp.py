@@ -77,6 +77,22 @@ except ImportError:  # pragma: no cover - built without a C compiler: the polars
 # the parsers' (tests compare both ways).
 KERNEL = _tcpk is not None and os.environ.get("XLAYER_PURE_PYTHON", "") in ("", "0")
 
+
+def hash_ids(h: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Return per row of the 64-bit hashes `h` its hash's number (0..n-1, in order of first appearance), the
+    row where that hash first appears, and n (`_tcpk.hash_ids`: one pass, no sort; needs the kernel)."""
+    ids, rep = np.empty(len(h), np.int64), np.empty(len(h), np.int64)
+    n = _tcpk.hash_ids(np.ascontiguousarray(h.view(np.int64)), ids, rep)
+    return ids, rep, n
+
+
+def same_keys(cols: list[np.ndarray], rep: np.ndarray) -> bool:
+    """Return whether every row has the key values (`cols`, one array per key column) of the row `rep` names
+    (`hash_ids`): False when two distinct keys shared a hash.  (A null left in a float column is NaN, equal
+    to nothing: a mismatch, not a match.)"""
+    again = np.flatnonzero(rep != np.arange(len(rep)))      # only rows whose hash was seen before can differ
+    return all(bool((c[rep[again]] == c[again]).all()) for c in cols)
+
 NEEDS = ("frame", "ts_ns", "ip_version", "ip_src", "ip_dst", "ip_proto", "ip_id", "ip_ttl", "ip_frag_offset",
          "sport", "dport", "tcp_seq", "tcp_ack", "tcp_flags", "tcp_win", "tcp_len", "tcp_wscale", "tcp_tsval",
          "tcp_tsecr", "tcp_sack")
