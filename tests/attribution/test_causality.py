@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers.common import REPO
 from xlayer.attribution.causality import explain
-from xlayer.attribution.causes import delaysplit
+from xlayer.attribution.causes import delaysplit, mac_retries
 from xlayer.attribution.causes.base import Window
 from xlayer.attribution.drops import DropConfig, aggregate_kept
 from xlayer.attribution.incidents import CauseFinding
@@ -510,6 +510,13 @@ def test_unanswered_rts_are_retry_time_of_the_line():
     assert int(end[-1] - start[-1]) == delaysplit.RTS_CYCLE_MAX_NS
     got = explain(ctx, W, _findings("spurious_rto"))
     assert [f.cause for f in got] == ["mac_retries", "spurious_rto"] and "MAC retry time" in got[1].because
+    # the line time the unanswered RTS held is B's, not that of A's packet that went out after them
+    hog = delaysplit.find_hog(ctx, W)
+    assert hog.station == "B" and hog.retry_share > 0.5 and got[0].stations == ["B"]
+    # no data frame was retried, and no station hogged the line: the retries' station is the one that
+    # did not answer (its episode is looked up by it)
+    no_hog = delaysplit.Split({"retry": 250.0}, {"retry": 0.0}, 150, None, {})
+    assert mac_retries.from_delay(ctx, W, no_hog, 0.8).stations == ["B"]
 
 
 def test_the_steady_state_leaves_out_the_lead_before_a_drop():

@@ -28,17 +28,27 @@ def _attempts(retry_share: dict[int, float], steps: int = 100, per_step: int = 1
     return pl.DataFrame({"ts_ns": ts, "station": [station] * len(ts), "retry": retry})
 
 
+AIR = {"capture_file": pl.Utf8, "frame": pl.Int64, "ts_ns": pl.Int64, "wlan_type": pl.UInt8, "wlan_subtype": pl.UInt8,
+       "wlan_ta": pl.Utf8, "wlan_ra": pl.Utf8}
+
+
 class _Ctx:
-    def __init__(self, att: pl.DataFrame, quiet: list[tuple[int, int]]) -> None:
-        self.att = att
+    """The tables a cause's episode reads: transmissions (`attempts`) and the air's frames (none unless given)."""
+
+    def __init__(self, att: pl.DataFrame, quiet: list[tuple[int, int]], air: pl.DataFrame | None = None) -> None:
+        att = att if "capture_file" in att.columns else att.with_columns(pl.lit("air.pcap").alias("capture_file"))
+        self.tables = {"attempts": att, "air_frames": pl.DataFrame(schema=AIR) if air is None else air}
         self.quiet = quiet
         self.cfg = DropConfig()
 
+    def table(self, name: str) -> pl.DataFrame:
+        return self.tables[name]
+
     def between(self, name: str, s: int, e: int, col: str = "ts_ns") -> pl.DataFrame:
-        return self.att.filter((pl.col(col) >= s) & (pl.col(col) < e))
+        return self.tables[name].filter((pl.col(col) >= s) & (pl.col(col) < e))
 
     def outside(self, name: str, col: str = "ts_ns") -> pl.DataFrame:
-        df = self.att
+        df = self.tables[name]
         for s, e in self.quiet:
             df = df.filter((pl.col(col) < s) | (pl.col(col) >= e))
         return df
@@ -80,6 +90,31 @@ def test_no_elevated_step_inside_the_drop_makes_no_episode():
     drop = Window(_at(52), _at(56))
     ctx = _Ctx(_attempts(burst), [(drop.start_ns, drop.end_ns)])
     assert mac_retries.episode(ctx, drop, _finding()) is None
+
+
+def _rts(deaf: range, steps: int = 100, per_step: int = 20) -> pl.DataFrame:
+    """Return the AP's RTS/CTS exchanges with A, `per_step` each 0.1 s step; in the steps of `deaf` A
+    answers none (RTS after RTS), elsewhere a CTS follows each RTS."""
+    rows = []
+    for k in range(steps):
+        for i in range(per_step):
+            t = T0 + k * STEP + i * (STEP // per_step)
+            rows.append((t, 11, "ap", "A"))
+            if k not in deaf:
+                rows.append((t + 50_000, 12, None, "ap"))
+    return pl.DataFrame([("air.pcap", n + 1, t, 1, sub, ta, ra) for n, (t, sub, ta, ra) in enumerate(rows)],
+                        schema=AIR, orient="row")
+
+
+def test_a_deaf_receiver_behind_rts_cts_makes_an_episode_of_unanswered_rts():
+    # A hears nothing from 4.0 s to 6.0 s: the AP's RTS go unanswered and no data frame goes out
+    # (no retry bit set anywhere); the goodput falls from 5.5 s
+    att = _attempts({}).filter((pl.col("ts_ns") < _at(40)) | (pl.col("ts_ns") >= _at(60)))
+    drop = Window(_at(55), _at(65))
+    ctx = _Ctx(att, [(drop.start_ns, drop.end_ns)], _rts(range(40, 60)))
+    assert mac_retries.episode(ctx, drop, _finding()) == (_at(40), _at(60))
+    # the same RTS, every one answered: no failure, no episode
+    assert mac_retries.episode(_Ctx(att, [(drop.start_ns, drop.end_ns)], _rts(range(0))), drop, _finding()) is None
 
 
 def test_an_incident_widens_to_its_episode_but_not_into_its_neighbour():

@@ -141,18 +141,40 @@ def _air_excess(ctx: Context, w: Window, per: pl.DataFrame) -> np.ndarray | None
     return _excess(air, n, float(air.sum()))
 
 
+def _rts_moved(ctx: Context, w: Window, d: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    """Return the window's packets with the unanswered RTS taken out of their service, and per station
+    the line time its unanswered RTS held (`unanswered_rts`).
+
+    The AP's line held by RTS to a deaf receiver shows as the access of whichever packet goes out next,
+    often another station's: that time is the deaf station's, not the packet's."""
+    stations = d["station"].drop_nulls().unique().to_list()
+    un = unanswered_rts(ctx.between("air_frames", w.start_ns - LEAD_NS, w.end_ns), stations) \
+        if d.height and stations else unanswered_rts(pl.DataFrame(), [])
+    if un.height == 0:
+        return d, {}
+    f = covered(un["ts_ns"].to_numpy(), un["end_ns"].to_numpy())
+    hol = (d["ts_ns"] + d["queue_ns"]).to_numpy().astype(np.int64)
+    access = d["access_ns"].fill_null(0).to_numpy().astype(np.int64)
+    held = np.clip(f(hol + access) - f(hol), 0, access)
+    per = un.group_by("station").agg((pl.col("end_ns") - pl.col("ts_ns")).sum().alias("ns"))
+    return d.with_columns(pl.col("service_ns") - pl.Series(held)), {st: int(ns) for st, ns in per.iter_rows()}
+
+
 def find_hog(ctx: Context, w: Window, d: pl.DataFrame | None = None) -> Hog | None:
     """Return the window's hog station (see the module docstring), or None when no station is one."""
     d = _window(ctx, w) if d is None else d
     if d.height == 0:
         return None
+    d, rts_ns = _rts_moved(ctx, w, d)
     per = (d.group_by("station").agg(pl.len().alias("n"), pl.col("service_ns").sum().alias("t"),
                                      pl.col("retry_ns").sum().alias("rt"), pl.col("fragments_ns").sum().alias("fr"))
+           .with_columns(pl.col("station").replace_strict(rts_ns, default=0, return_dtype=pl.Int64).alias("_rts"))
+           .with_columns(pl.col("t") + pl.col("_rts"), pl.col("rt") + pl.col("_rts"))
            .filter(pl.col("n") >= MIN_PACKETS).sort("station"))
     if per.height < 2:
         return None
     n, t = per["n"].to_numpy().astype(float), per["t"].to_numpy().astype(float)
-    total = float(d["service_ns"].sum())
+    total = float(d["service_ns"].sum()) + sum(rts_ns.values())
     if total <= 0:
         return None
     cost = t / n
@@ -180,29 +202,38 @@ def find_hog(ctx: Context, w: Window, d: pl.DataFrame | None = None) -> Hog | No
 NO_SPANS = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
-def rts_retry_spans(air: pl.DataFrame, stations: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Return (start, end) ns of the AP's RTS that no CTS answered: each from that RTS to the AP's next.
+def unanswered_rts(air: pl.DataFrame, stations: list[str]) -> pl.DataFrame:
+    """Return the AP's RTS to `stations` that no CTS answered (ts_ns; end_ns: the AP's next RTS, capped;
+    station: the receiver that did not answer).
 
     An RTS to a receiver that does not answer (deaf, or a collision at it) is sent again after a CTS
     timeout and a doubled backoff, up to the retry limit; the data frame behind it never goes out, so
     this retry time holds the AP's transmit line without showing in any packet's retransmissions.
     Spans are capped at `RTS_CYCLE_MAX_NS`: beyond it the medium was held by others, not by the wait.
     """
+    none = pl.DataFrame(schema={"ts_ns": pl.Int64, "end_ns": pl.Int64, "station": pl.Utf8})
     if air.height == 0 or not stations:
-        return NO_SPANS
+        return none
     ctl = air.filter(pl.col("wlan_type") == 1)
     rts = ctl.filter((pl.col("wlan_subtype") == 11) & pl.col("wlan_ra").is_in(stations))
     if rts.height == 0:
-        return NO_SPANS
+        return none
     ap = rts["wlan_ta"].drop_nulls().unique().to_list()
     cts = ctl.filter((pl.col("wlan_subtype") == 12) & pl.col("wlan_ra").is_in(ap))
-    ev = pl.concat([rts.select("ts_ns", pl.lit(True).alias("rts")), cts.select("ts_ns", pl.lit(False).alias("rts"))]
-                   ).sort("ts_ns")
+    ev = pl.concat([rts.select("ts_ns", pl.lit(True).alias("rts"), pl.col("wlan_ra").alias("station")),
+                    cts.select("ts_ns", pl.lit(False).alias("rts"), pl.lit(None, pl.Utf8).alias("station"))]).sort("ts_ns")
     ev = ev.with_columns(pl.col("rts").shift(-1).alias("_next_rts"), pl.col("ts_ns").shift(-1).alias("_next"))
     un = ev.filter(pl.col("rts") & pl.col("_next_rts").fill_null(False))
-    start = un["ts_ns"].to_numpy().astype(np.int64)
-    end = np.minimum(un["_next"].to_numpy().astype(np.int64), start + RTS_CYCLE_MAX_NS)
-    return start, end
+    return un.select(pl.col("ts_ns").cast(pl.Int64),
+                     pl.min_horizontal("_next", pl.col("ts_ns") + RTS_CYCLE_MAX_NS).cast(pl.Int64).alias("end_ns"),
+                     "station")
+
+
+def rts_retry_spans(air: pl.DataFrame, stations: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Return (start, end) ns of the AP's RTS that no CTS answered: each from that RTS to the AP's next
+    (`unanswered_rts`)."""
+    un = unanswered_rts(air, stations)
+    return un["ts_ns"].to_numpy().astype(np.int64), un["end_ns"].to_numpy().astype(np.int64)
 
 
 def _parts(d: pl.DataFrame, all_d: pl.DataFrame, hog: str | None,

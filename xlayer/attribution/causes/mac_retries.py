@@ -12,6 +12,8 @@ node) is seen in a station's worst half-second step against its worst step outsi
 with too little outside, the window's median step).  A drop it is the root of spans its episode: the
 0.1 s steps around the drop in which its most retried station's retry fraction stood well above that
 station's usual one (`episode`), since a hidden node starts before the goodput falls and may outlast it.
+Behind RTS/CTS a deaf receiver's data frames never go out: the RTS the AP sent it unanswered name
+the station and count as its retries.
 """
 from __future__ import annotations
 
@@ -69,8 +71,11 @@ def from_delay(ctx: Context, w: Window, split: delaysplit.Split, conf: float) ->
     """Return the retries' finding made from a window's delay split (the root of a consequence)."""
     d = ctx.between("delay", w.start_ns - LEAD_NS, w.end_ns)
     att = ctx.between("attempts", w.start_ns - LEAD_NS, w.end_ns)
-    retried = d.filter(pl.col("retry_ns") > 0).sort("retry_ns", descending=True)
-    stations = retried["station"].drop_nulls().unique(maintain_order=True).to_list()[:3]
+    held = _unanswered(ctx.between("air_frames", w.start_ns - LEAD_NS, w.end_ns), d["station"].drop_nulls().unique().to_list())
+    for st, ns in d.filter(pl.col("retry_ns") > 0).group_by("station").agg(pl.col("retry_ns").sum()).iter_rows():
+        if st is not None:
+            held[st] = held.get(st, 0) + int(ns)
+    stations = sorted(held, key=lambda st: (-held[st], st))[:3]     # the most line time spent retrying first
     h = split.hog
     who = f"; most to {h.station} ({h.retry_share:.0%} of its service time)" if h is not None else ""
     if h is not None and split.increase("hog") > split.increase("retry"):
@@ -232,6 +237,35 @@ def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
                         frames=frames(att.filter(pl.col("retry")), "MAC retry"))
 
 
+def _unanswered(air: pl.DataFrame, stations: list[str]) -> dict[str, int]:
+    """Return per station the line time (ns) the AP's unanswered RTS to it held (`delaysplit.unanswered_rts`).
+
+    Behind RTS/CTS a receiver that hears nothing never gets the data frame: the AP sends the RTS
+    again and again, and the data's retry bits stay clear while its line is held for the burst."""
+    un = delaysplit.unanswered_rts(air, stations)
+    got = un.group_by("station").agg((pl.col("end_ns") - pl.col("ts_ns")).sum())
+    return {st: int(ns) for st, ns in got.iter_rows()}
+
+
+def _tries(ctx: Context, st: str, lo: int, hi: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Return the station's tries (ts_ns, retry: it failed or repeats one) in [lo, hi) and outside
+    every drop: its data transmissions, and the RTS sent to it, an unanswered one counted as a retry
+    (`delaysplit.unanswered_rts`; `_unanswered` says why)."""
+    def own(df: pl.DataFrame) -> pl.DataFrame:
+        return df.filter(pl.col("station") == st).select("ts_ns", "retry")
+
+    def rts(air: pl.DataFrame) -> pl.DataFrame:
+        # the captures that saw the station's data: one copy of each RTS (several sniffers hear it)
+        air = air.filter(pl.col("capture_file").is_in(caps))
+        failed = delaysplit.unanswered_rts(air, [st])["ts_ns"]
+        return (air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 11) & (pl.col("wlan_ra") == st))
+                .select("ts_ns", pl.col("ts_ns").is_in(failed).alias("retry")))
+
+    att, theirs = own(ctx.between("attempts", lo, hi)), own(ctx.outside("attempts"))
+    caps = ctx.table("attempts").filter(pl.col("station") == st)["capture_file"].unique()
+    return pl.concat([att, rts(ctx.between("air_frames", lo, hi))]), pl.concat([theirs, rts(ctx.outside("air_frames"))])
+
+
 # The episode of a drop's retries: where its station's retry fraction stood above its usual level.
 EPISODE_MIN_ATTEMPTS = 10         # a step's fraction counts from this many transmissions
 EPISODE_Z = 3.0                   # standard errors above the usual fraction (binomial) that make a step elevated
@@ -244,17 +278,16 @@ def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
 
     A hidden node or a burst of interference starts before the goodput it costs falls (TCP rides
     out the first retries; its timers fire later) and may outlast the drop: the incident spans both.
-    A step is elevated when its retry fraction is EPISODE_Z binomial standard errors and
-    EPISODE_MIN_RISE above the station's fraction outside every drop and outside the span searched.
+    A step is elevated when its retry fraction (of its tries: `_tries`) is EPISODE_Z binomial standard
+    errors and EPISODE_MIN_RISE above the station's fraction outside every drop and outside the span searched.
     """
     if not f.stations:
         return None
     st = f.stations[0]
     lo, hi = w.start_ns - episodes.MAX_NS, w.end_ns + episodes.MAX_NS
-    att = ctx.between("attempts", lo, hi).filter(pl.col("station") == st)
+    att, theirs = _tries(ctx, st, lo, hi)
     if att.height < MIN_ATTEMPTS:
         return None
-    theirs = ctx.outside("attempts").filter(pl.col("station") == st)
     usual = theirs.filter((pl.col("ts_ns") < lo) | (pl.col("ts_ns") >= hi))
     if usual.height < MIN_ATTEMPTS:
         usual = theirs
