@@ -148,8 +148,9 @@ def _rts_moved(ctx: Context, w: Window, d: pl.DataFrame) -> tuple[pl.DataFrame, 
     The AP's line held by RTS to a deaf receiver shows as the access of whichever packet goes out next,
     often another station's: that time is the deaf station's, not the packet's."""
     stations = d["station"].drop_nulls().unique().to_list()
-    un = unanswered_rts(ctx.between("air_frames", w.start_ns - LEAD_NS, w.end_ns), stations) \
-        if d.height and stations else unanswered_rts(pl.DataFrame(), [])
+    if not stations:
+        return d, {}
+    un = unanswered_rts(ctx.between("air_frames", w.start_ns - LEAD_NS, w.end_ns), stations)
     if un.height == 0:
         return d, {}
     f = covered(un["ts_ns"].to_numpy(), un["end_ns"].to_numpy())

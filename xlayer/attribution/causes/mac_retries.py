@@ -251,18 +251,19 @@ def _tries(ctx: Context, st: str, lo: int, hi: int) -> tuple[pl.DataFrame, pl.Da
     """Return the station's tries (ts_ns, retry: it failed or repeats one) in [lo, hi) and outside
     every drop: its data transmissions, and the RTS sent to it, an unanswered one counted as a retry
     (`delaysplit.unanswered_rts`; `_unanswered` says why)."""
+    # the captures that saw the station's data: one copy of each RTS (several sniffers hear it)
+    caps = ctx.table("attempts").filter(pl.col("station") == st)["capture_file"].unique()
+
     def own(df: pl.DataFrame) -> pl.DataFrame:
         return df.filter(pl.col("station") == st).select("ts_ns", "retry")
 
     def rts(air: pl.DataFrame) -> pl.DataFrame:
-        # the captures that saw the station's data: one copy of each RTS (several sniffers hear it)
         air = air.filter(pl.col("capture_file").is_in(caps))
         failed = delaysplit.unanswered_rts(air, [st])["ts_ns"]
         return (air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 11) & (pl.col("wlan_ra") == st))
                 .select("ts_ns", pl.col("ts_ns").is_in(failed).alias("retry")))
 
     att, theirs = own(ctx.between("attempts", lo, hi)), own(ctx.outside("attempts"))
-    caps = ctx.table("attempts").filter(pl.col("station") == st)["capture_file"].unique()
     return pl.concat([att, rts(ctx.between("air_frames", lo, hi))]), pl.concat([theirs, rts(ctx.outside("air_frames"))])
 
 
