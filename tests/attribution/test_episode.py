@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from xlayer.attribution.analyze import _with_episodes
-from xlayer.attribution.causes import mac_retries, performance_anomaly
+from xlayer.attribution.causes import mac_retries, performance_anomaly, rate_change
 from xlayer.attribution.causes.base import Window
 from xlayer.attribution.drops import DropConfig
 from xlayer.attribution.incidents import CauseFinding
@@ -178,3 +178,34 @@ def test_no_slow_traffic_in_the_drop_makes_no_anomaly_episode():
     f = CauseFinding("performance_anomaly", 0.8, "slow", {"hog": {"station": "S", "rate_mbps": 54.0,
                                                                    "others_rate_mbps": 54.0}}, stations=["S"])
     assert performance_anomaly.episode(_Ctx(_air({k: 6.0 for k in range(40, 70)}), []), drop, f) is None
+
+
+def _walk(rates: dict[int, float], steps: int = 100, per_step: int = 40) -> pl.DataFrame:
+    """Return A's downlink transmissions, `per_step` every 0.1 s, at 54 Mbit/s or in step k at rates[k]
+    (step k absent from the capture when rates[k] is 0: the station gone)."""
+    rows = [(T0 + k * STEP + i * (STEP // per_step), "A", "down", rates.get(k, 54.0), False)
+            for k in range(steps) if rates.get(k, 54.0) > 0 for i in range(per_step)]
+    return pl.DataFrame(rows, schema={"ts_ns": pl.Int64, "station": pl.Utf8, "direction": pl.Utf8,
+                                      "rate_mbps": pl.Float64, "retry": pl.Boolean}, orient="row")
+
+
+def _fall(usual: float = 54.0) -> CauseFinding:
+    return CauseFinding("rate_change", 0.9, "fell", {"rate_outside_mbps": usual}, stations=["A"])
+
+
+def test_a_rate_falling_before_the_goodput_makes_the_rate_changes_episode():
+    # A walks away from 4.0 s: 48 Mbit/s (not yet a fall), 36 from 4.5 s, 18 from 5.5 s, gone at 6.5 s;
+    # the goodput falls only at 5.8 s
+    rates = {**{k: 48.0 for k in range(40, 45)}, **{k: 36.0 for k in range(45, 55)},
+             **{k: 18.0 for k in range(55, 65)}, **{k: 0.0 for k in range(65, 100)}}
+    drop = Window(_at(58), _at(65))
+    ctx = _Ctx(_walk(rates), [(drop.start_ns, drop.end_ns)])
+    assert rate_change.episode(ctx, drop, _fall()) == (_at(45), _at(65))
+    # measured against the station's own usual rate: from 30 Mbit/s, 36 is no fall
+    assert rate_change.episode(ctx, drop, _fall(30.0)) == (_at(55), _at(65))
+
+
+def test_no_fallen_step_in_the_drop_makes_no_rate_change_episode():
+    rates = {k: 18.0 for k in range(20, 40)}
+    drop = Window(_at(58), _at(65))
+    assert rate_change.episode(_Ctx(_walk(rates), [(drop.start_ns, drop.end_ns)]), drop, _fall()) is None

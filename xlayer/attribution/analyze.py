@@ -18,7 +18,7 @@
    kept, cause None.
 4. A drop whose root cause measures its own episode (``episode`` in the cause module: MAC retries
    that rose before the goodput fell and went on after it, a slow station's traffic that began before
-   the others' goodput gave way) is widened to it, never into a neighbouring drop or event: the
+   the others' goodput gave way, a walking station's rate that fell before its goodput did) is widened to it, never into a neighbouring drop or event: the
    incident shows when the cause began, not only its symptom.
 """
 from __future__ import annotations

@@ -9,11 +9,16 @@ A rate fall is a weakening link (`link_weakened`) when the station's signal fell
 the old.  Otherwise the old rate was one the link never carried (rate adaptation that started high
 and failed there, as Minstrel does on a far station): the station was as slow before, and the fall
 leads no other cause (`xlayer.attribution.causality`).
+
+A drop it is the root of spans its episode (`episode`): the 0.1 s steps around the drop in which the
+station's frames went at a rate it counts as fallen, since a walking station's rate falls for a
+while before the goodput does (the queues absorb the first of it) and the drop is only its end.
 """
 from __future__ import annotations
 
 import polars as pl
 
+from xlayer.attribution.causes import episodes
 from xlayer.attribution.causes.base import NS, Context, Window, clip01, frames
 from xlayer.attribution.causes.delaysplit import WEAK_SIGNAL_DB
 from xlayer.attribution.incidents import CauseFinding
@@ -22,6 +27,7 @@ NAME = "rate_change"
 COLOR = "#ff7f0e"          # its incidents in the report
 MEANING = "rate adaptation moved a station to slower PHY rates"
 BEFORE_NS = 2 * NS
+FALL_RATIO = 0.8           # a rate below this share of the station's usual one counts as fallen
 
 
 def _wrate(df: pl.DataFrame) -> float | None:
@@ -69,7 +75,7 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
         # A weaker signal with the rate falls is the link itself degrading (distance, fading): the
         # rate change is rate adaptation following it, whatever the retries do meanwhile.
         fall_db = (s_out - s_in) if s_in is not None and s_out is not None else None
-        conf = 0.9 * max(clip01((0.8 - ratio) / 0.5), clip01(((fall_db or 0.0) - 3.0) / 9.0))
+        conf = 0.9 * max(clip01((FALL_RATIO - ratio) / 0.5), clip01(((fall_db or 0.0) - 3.0) / 9.0))
         cand = (conf, st, r_in, r_out, rc, s_in, s_out, fall_db, _wretry(inside), _wretry(out))
         if best is None or cand[0] > best[0]:
             best = cand
@@ -91,3 +97,26 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
                          "retry_fraction_in": retry_in, "retry_fraction_outside": retry_out,
                          "link_weakened": weak},
                         stations=[st], flows=ctx.flows_of([st]), frames=frames(rc, "rate change"))
+
+
+EPISODE_MIN_FRAMES = 10    # a step's rate counts from this many of the station's downlink transmissions
+
+
+def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
+    """Return (start_ns, end_ns) of the run of steps around the drop in which the finding's station's
+    downlink frames went below FALL_RATIO of its usual rate (the finding's rate outside the drops),
+    or None when no step inside the drop did."""
+    usual = f.numbers.get("rate_outside_mbps")
+    if not f.stations or not usual:
+        return None
+    lo, hi = w.start_ns - episodes.MAX_NS, w.end_ns + episodes.MAX_NS
+    att = ctx.between("attempts", lo, hi).filter((pl.col("station") == f.stations[0]) & (pl.col("direction") == "down")
+                                                 & pl.col("rate_mbps").is_not_null())
+    steps = (att.group_by(((pl.col("ts_ns") - lo) // episodes.STEP_NS).alias("k"))
+             .agg(pl.len().alias("n"), pl.col("rate_mbps").mean().alias("rate")))
+    nsteps = int((hi - lo) // episodes.STEP_NS) + 1
+    state = [0] * nsteps          # 1 fallen, -1 not, 0 too few frames to say (a station gone quiet)
+    for k, n, rate in steps.iter_rows():
+        if 0 <= k < nsteps and n >= EPISODE_MIN_FRAMES:
+            state[k] = 1 if rate < FALL_RATIO * usual else -1
+    return episodes.span(state, lo, w.start_ns, w.end_ns, ctx.cfg.merge_gap_s)
