@@ -239,49 +239,71 @@ def _not_retry(m: pl.DataFrame) -> np.ndarray:
     return keep
 
 
-def _flow_numbers(df: pl.DataFrame) -> list[pl.Series]:
-    """Return per row of `df` (flow, conn, dir, fid) the flow name's hash ``fh`` and ``g``: (conn, dir) as one
-    integer, its other direction the same number with the last bit flipped.  Both are computed once per flow
-    and spread over the rows by ``fid``: the strings of every row are hashed or coded only once, for fid."""
-    per = df.group_by("fid").agg(pl.col("flow", "conn", "dir").first()).select(
+def _flow_numbers(df: pl.DataFrame, per_flow: pl.DataFrame) -> list[pl.Series]:
+    """Return per row of `df` (fid) the flow name's hash ``fh`` and ``g``: (conn, dir) as one integer, its other
+    direction the same number with the last bit flipped.  Both are computed once per flow, from `per_flow`
+    (fid, flow, conn, dir: one row each), and spread over the rows by ``fid``."""
+    per = per_flow.select(
         "fid", pl.col("flow").hash().alias("fh"),
         (_code("conn") * 2 + (pl.col("dir") == "b").cast(pl.Int64)).alias("g"))
     rows = df.select("fid").join(per, on="fid", how="left", maintain_order="left")
     return [rows.get_column("fh"), rows.get_column("g")]
 
 
-def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
-    """Return a capture's IP packets (MAC retries dropped on the air) with payload, identity and TCP columns."""
+# the packet columns `prepare` reads: not the capture's constants (file, vantage), given beside
+_PREPARE_READ = [c for c in _READ if c not in ("capture_file", "vantage", "kind")]
+
+
+def prepare(packets: pl.DataFrame, kind: str = "wired", vantage: str | None = None,
+            capture_file: str | None = None) -> Prepared:
+    """Return a capture's IP packets (MAC retries dropped on the air) with payload, identity and TCP columns;
+    `vantage` and `capture_file` stand for the table's columns of those names when it has none."""
     cols = set(packets.columns)
 
     def col(name: str, dtype: pl.DataType) -> pl.Expr:
         return (pl.col(name).cast(dtype) if name in cols else pl.lit(None, dtype)).alias(name)
 
-    vantage = packets["vantage"][0] if packets.height and "vantage" in cols else ""
-    capture_file = packets["capture_file"][0] if packets.height and "capture_file" in cols else ""
+    vantage = (packets["vantage"][0] if "vantage" in cols else vantage or "") if packets.height else ""
+    capture_file = (packets["capture_file"][0] if "capture_file" in cols else capture_file or "") \
+        if packets.height else ""
     # lazily: the filters then copy only the columns selected, not every column of the packet table
     keep = pl.col("flow").is_not_null()
     if "fcs_bad" in cols:
         keep = keep & ~pl.col("fcs_bad").fill_null(False)
-    # (the flow's number in the same plan: coding the strings after the filter, from its many chunks,
-    # costs twice as much)
-    df = packets.lazy().filter(keep).select(
-        "flow", "conn", "dir", _code("flow").alias("fid"), col("frame", pl.Int64), col("ts_ns", pl.Int64),
-        col("ip_src", pl.Utf8), col("ip_dst", pl.Utf8), col("ip_proto", pl.Int64), col("sport", pl.UInt16),
-        col("dport", pl.UInt16), col("ip_id", pl.Int64), col("ip_len", pl.Int64), col("ip_hdr_len", pl.Int64),
+    # (the flow's number made once, for both plans below: categorical codes depend on what was coded
+    # before, so two plans coding the same strings could number them differently)
+    packets = packets.with_columns(_code("flow").alias("fid"))
+    rows = packets.lazy().filter(keep)
+    # The strings (flow, conn, dir, addresses) are constant per flow: taken once per flow here, from its
+    # first row in frame order, rather than carried on every row through the filters and copies below
+    # (five strings a row were the largest columns of an air capture's working table).
+    first = pl.col("frame").arg_min() if "frame" in cols else 0
+    per_flow = rows.select("fid", col("frame", pl.Int64), "flow", "conn", "dir",
+                           col("ip_src", pl.Utf8), col("ip_dst", pl.Utf8), col("sport", pl.UInt16),
+                           col("dport", pl.UInt16)) \
+        .group_by("fid").agg(pl.col("flow", "conn", "dir", "ip_src", "ip_dst", "sport", "dport").get(first)).collect()
+    # fragments' datagrams are grouped by their addresses (`datagram` below): as codes, only when there are any
+    has_frag = rows.select(col("ip_mf", pl.Boolean), col("ip_frag_offset", pl.Int64)).select(
+        is_fragment().any()).collect().item()
+    addresses = [(_code(c) if c in cols else pl.lit(None, pl.Int64)).alias(c) for c in ("ip_src", "ip_dst")] \
+        if has_frag else []
+    df = rows.select(
+        "fid", col("frame", pl.Int64), col("ts_ns", pl.Int64),
+        *addresses, col("ip_proto", pl.Int64), col("ip_id", pl.Int64), col("ip_len", pl.Int64),
+        col("ip_hdr_len", pl.Int64),
         col("ip_mf", pl.Boolean), col("ip_frag_offset", pl.Int64), col("tcp_seq", pl.Int64),
         col("tcp_ack", pl.Int64), col("tcp_flags", pl.Int64), col("tcp_len", pl.Int64), col("tcp_hdr_len", pl.Int64),
         col("tcp_tsval", pl.Int64), col("tcp_tsecr", pl.Int64), col("udp_len", pl.Int64),
         col("wlan_seq", pl.Int64), col("wlan_frag", pl.Int64),
         (_code("wlan_ta") if "wlan_ta" in cols else pl.lit(None, pl.Int64)).alias("_ta"),
     ).collect()
-    del packets           # freed here if the caller holds no other reference to it (`build` does not)
-    # A capture's rows come in frame order: sorting them anyway would gather every column (strings
-    # included) into a second copy of the table, the largest allocation of the whole module.
+    del packets, rows     # freed here if the caller holds no other reference to it (`build` does not)
+    # A capture's rows come in frame order: sorting them anyway would gather every column into a second
+    # copy of the table, the largest allocation of the whole module.
     if not df["frame"].is_sorted():
         df = df.sort("frame")
     df = df.with_columns(
-        *_flow_numbers(df),
+        *_flow_numbers(df, per_flow),
         pl.col("ip_id").fill_null(-1).alias("k_id"), pl.col("tcp_seq").fill_null(-1).alias("k_seq"),
         pl.col("udp_len").fill_null(-1).cast(pl.Int32).alias("k_ulen"),
         pl.col("ip_len").fill_null(-1).alias("k_iplen"), pl.col("ip_frag_offset").fill_null(0).cast(pl.Int32).alias("k_off"))
@@ -292,16 +314,16 @@ def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
                              pl.col("wlan_frag").fill_null(-1))
         ident = ["_ta", "wlan_seq", "wlan_frag", *_KEY]
         df = df.filter(pl.Series(_not_retry(df.select(pl.struct(ident).hash().alias("_mpdu"), "ts_ns"))))
-    flows = (df.group_by("fid").agg(pl.col("flow", "conn", "dir", "ip_src", "ip_dst", "sport", "dport").first())
-             .rename({"ip_src": "src", "ip_dst": "dst"}))
+    # (a MAC retry is never a flow's first row: the flows are those of the rows kept)
+    flows = per_flow.rename({"ip_src": "src", "ip_dst": "dst"})
+    del per_flow
     frag = is_fragment()
     l4 = pl.col("ip_len") - pl.col("ip_hdr_len")
     # A fragmented TCP segment's length is that of its whole datagram, given to the first fragment (the
     # one with the TCP header): the furthest byte any of its fragments reaches (offsets in bytes;
     # overlapping fragments count once).  The later fragments then add nothing, as they carry no header.
     datagram = pl.when(frag).then(pl.col("ip_frag_offset").fill_null(0) + l4).max().over(FRAGMENT_KEY)
-    # (the window groups every row by four columns, two of them strings: only worth it when there are fragments)
-    has_frag = df.select(frag.any()).item()
+    # (the window groups every row by four columns: only worth it when there are fragments)
     l4_tcp = pl.when(frag & (pl.col("ip_frag_offset").fill_null(0) == 0)).then(datagram).otherwise(l4) if has_frag else l4
     # TCP payload from the IP length where the headers give it: the first 802.11 fragment of a packet
     # carries the whole IP header but only part of the segment, and tcp_len is then what the frame holds.
@@ -315,7 +337,7 @@ def prepare(packets: pl.DataFrame, kind: str = "wired") -> Prepared:
                .otherwise(l4))
     flags = pl.col("tcp_flags").fill_null(0)
     df = df.select(
-        "frame", "ts_ns", "fid", "fh", "g", *_KEY[1:], "flow",
+        "frame", "ts_ns", "fid", "fh", "g", *_KEY[1:],
         pl.col("ip_len").fill_null(0), payload.fill_null(0).clip(lower_bound=0).alias("payload"),
         ((pl.col("ip_proto") == 6) & pl.col("tcp_seq").is_not_null()).alias("is_tcp"),
         "tcp_seq", "tcp_ack", (flags & _ACK > 0).alias("ack_flag"), pl.col("tcp_tsval").alias("tsval"),
@@ -543,10 +565,28 @@ def _latest_per_ack(m: pl.DataFrame, rising: bool) -> pl.DataFrame:
 
 def rtt_samples(prep: Prepared) -> pl.DataFrame:
     """Return the `rtt` table of one prepared capture (seq_ack with Karn's rule, and ts_echo samples)."""
+    return _named_rtt(_rtt_rows(prep), prep.flows, prep.vantage, prep.capture_file)
+
+
+def _named_rtt(rows: pl.DataFrame | None, flows: pl.DataFrame, vantage: str, capture_file: str) -> pl.DataFrame:
+    """Return the `rtt` table of the samples `_rtt_rows` made: each one's flow name (`flows`: fid -> flow),
+    vantage, capture file and method added."""
+    if rows is None:
+        return conform(None, RTT)
+    res = (rows.join(flows.select("fid", "flow"), on="fid", how="left", maintain_order="left")
+           .with_columns(pl.lit(vantage).alias("vantage"), pl.lit(capture_file).alias("capture_file"),
+                         pl.when(pl.col("_m")).then(pl.lit("ts_echo")).otherwise(pl.lit("seq_ack")).alias("method"))
+           .drop("fid", "_m"))
+    return conform(res, RTT)
+
+
+def _rtt_rows(prep: Prepared) -> pl.DataFrame | None:
+    """Return the rtt samples of one prepared capture in the table's order, without their strings (fid, ts_ns,
+    rtt_ns, data_frame, ack_frame, _m: whether ts_echo; `_named_rtt` names them); None when it has no TCP."""
     # (lazily: the filter copies only the columns read below, not the flow names and packet identities)
     tcp = prep.df.lazy().filter(pl.col("is_tcp")).select(_RTT_READ).collect()
     if tcp.height == 0:
-        return conform(None, RTT)
+        return None
     seg = _without_copies(tcp.filter(pl.col("span") > 0), tcp) \
         .select("g", "fid", "frame", "ts_ns", "seq_u", "end_u", "retx", "tsval")
     seg = seg.with_columns(_retransmitted_later(seg).alias("later"))
@@ -600,14 +640,8 @@ def rtt_samples(prep: Prepared) -> pl.DataFrame:
                         pl.col("frame").alias("data_frame"), "ack_frame", pl.lit(True).alias("_m")))
     # sorted by the flow name's rank and the method's (seq_ack < ts_echo): integers, not strings; the
     # strings are added to the sorted rows (a sort gathers every column it carries)
-    names = prep.flows.select("fid", "flow", pl.col("flow").rank("dense").alias("_fr"))
-    res = (pl.concat(out).join(names.select("fid", "_fr"), on="fid")
-           .sort("_fr", "ts_ns", "_m", "data_frame")
-           .join(names.select("fid", "flow"), on="fid", how="left", maintain_order="left")
-           .with_columns(pl.lit(prep.vantage).alias("vantage"), pl.lit(prep.capture_file).alias("capture_file"),
-                         pl.when(pl.col("_m")).then(pl.lit("ts_echo")).otherwise(pl.lit("seq_ack")).alias("method"))
-           .drop("fid", "_fr", "_m"))
-    return conform(res, RTT)
+    names = prep.flows.select("fid", pl.col("flow").rank("dense").alias("_fr"))
+    return pl.concat(out).join(names, on="fid").sort("_fr", "ts_ns", "_m", "data_frame").drop("_fr")
 
 
 # --- between two captures ---
@@ -1002,16 +1036,21 @@ def _pair_medians(pairs: pl.DataFrame, rev: pl.DataFrame, allk: pl.DataFrame, kn
     want = want.join(known.select("fh", pl.col("_a").alias("cap"), "_b"), on=["fh", "cap", "_b"], how="anti")
     if want.height == 0:
         return known
-    a = allk.join(want, on=["fh", "cap"]).select("fh", "_k", "_b", pl.col("ts_ns").alias("_ta"), pl.col("cap").alias("_a"))
     # one join per pair of captures on the identity alone: a join on (identity, capture) over all the
-    # captures at once costs twice as much; each capture's rows are joined once per neighbour it has
-    down = allk.filter(pl.col("cap").is_in(want["_b"].unique().implode())).partition_by("cap", as_dict=True)
+    # captures at once costs twice as much; each capture's rows are joined once per neighbour it has.
+    # The rows of one pair are taken from `allk` only when it is measured: partitioning every capture's
+    # rows up front held a second copy of them all.
     meds = [known]
-    for (ca, cb), g in sorted(a.partition_by("_a", "_b", as_dict=True).items()):
-        at_b = down[(cb,)].select("_k", "ts_ns")
+    for ca, cb in want.select("cap", "_b").unique().sort("cap", "_b").iter_rows():
+        flows = want.filter((pl.col("cap") == ca) & (pl.col("_b") == cb)).get_column("fh")
+        g = allk.lazy().filter((pl.col("cap") == ca) & pl.col("fh").is_in(flows.implode())).select(
+            "fh", "_k", pl.col("ts_ns").alias("_ta")).collect()
+        at_b = allk.lazy().filter(pl.col("cap") == cb).select("_k", "ts_ns").collect()
         m = _matched(g, at_b, ids) if ids else g.join(at_b, on="_k")
+        del g, at_b
         meds.append(m.group_by("fh").agg((pl.col("ts_ns") - pl.col("_ta")).median().alias("_d"))
                     .select("fh", pl.lit(ca, pl.Int32).alias("_a"), pl.lit(cb, pl.Int32).alias("_b"), "_d"))
+        del m
     return pl.concat(meds, how="vertical_relaxed")
 
 
@@ -1025,11 +1064,24 @@ def between_keyed(keys: list[Keyed], guard_min_ns: int = LOSS_GUARD_MIN_NS,
     """
     if pairs not in ("adjacent", "all"):
         raise ValueError(f"pairs must be 'adjacent' or 'all', not {pairs!r}")
+    if sum(1 for k in keys if k.df.height) < 2:
+        return {n: conform(None, s) for n, s in _PAIR_TABLES.items()}
+    return _between_numbered(numbered_ids(keys), guard_min_ns, pairs)
+
+
+_PAIR_TABLES = {"owd": OWD, "loss": LOSS, "loss_bursts": LOSS_BURSTS}
+
+
+def _numbers_only(k: Keyed) -> Keyed:
+    """Return a numbered capture's keys without the identity's own columns: once ``_k`` numbers the
+    identities (`numbered_ids`), the pairwise steps read only it, fh, frame, ts_ns and n."""
+    return Keyed(k.vantage, k.capture_file, k.df.drop(list(_KEY[1:]), strict=False), k.names, k.span, k.ordered,
+                 k.ids)
+
+
+def _between_numbered(keys: list[Keyed], guard_min_ns: int, pairs: str) -> dict[str, pl.DataFrame]:
+    """Return `between_keyed`'s tables of keys numbered by one `numbered_ids` call (two or more not empty)."""
     ok = [i for i, k in enumerate(keys) if k.df.height]
-    schemas = {"owd": OWD, "loss": LOSS, "loss_bursts": LOSS_BURSTS}
-    if len(ok) < 2:
-        return {n: conform(None, schemas[n]) for n in schemas}
-    keys = numbered_ids(keys)
     path = _paths(keys, ok)
     last = path.group_by("fh").agg(pl.col("rank").max().alias("_last"))
     pj = path.join(path, on="fh", suffix="_d").filter(pl.col("rank") < pl.col("rank_d")).join(last, on="fh")
@@ -1042,13 +1094,14 @@ def between_keyed(keys: list[Keyed], guard_min_ns: int = LOSS_GUARD_MIN_NS,
         owd_flows = g.filter(pl.col("_owd"))["fh"]
         for name, df in pair_tables(keys[up], keys[down], g["fh"], guard_min_ns, owd_flows).items():
             parts[name].append(df)
-    return {n: pl.concat(parts[n]) if parts[n] else conform(None, schemas[n]) for n in parts}
+    return {n: pl.concat(parts[n]) if parts[n] else conform(None, _PAIR_TABLES[n]) for n in parts}
 
 
 def owd_pair(tl: Timeline, a: str, b: str, guard_min_ns: int = LOSS_GUARD_MIN_NS) -> dict[str, pl.DataFrame]:
     """Return owd/loss/loss_bursts of the flows going from capture `a` to capture `b` (file or vantage),
     whether or not the pair is adjacent (the timeline's `owd` table holds adjacent pairs only)."""
-    ka, kb = exact_ids([keyed(prepare(tl.packets(x, columns=_READ), tl._entry(x).kind)) for x in (a, b)])
+    ka, kb = exact_ids([keyed(prepare(tl.packets(e, columns=_PREPARE_READ), e.kind, e.vantage, e.file))
+                        for e in (tl._entry(x) for x in (a, b))])
     fwd, _ = orient(ka, kb)
     if ka.df.height == 0 or kb.df.height == 0 or not fwd.len():
         return {"owd": conform(None, OWD), "loss": conform(None, LOSS), "loss_bursts": conform(None, LOSS_BURSTS)}
@@ -1060,20 +1113,32 @@ def owd_pair(tl: Timeline, a: str, b: str, guard_min_ns: int = LOSS_GUARD_MIN_NS
 def build(tl: Timeline) -> dict[str, pl.DataFrame]:
     """Return every table of this module for a timeline."""
     per: dict[str, list[pl.DataFrame]] = {"flows": [], "flow_series": [], "rtt": []}
+    # each capture's RTT samples wait for the pairwise tables without their strings (four a row: flow,
+    # vantage, file, method), named only once the captures' identities are freed
+    rtts: list[tuple[pl.DataFrame | None, pl.DataFrame, str, str]] = []
     keys = []
     # One capture prepared at a time: only its packet identities are kept for the pairwise tables.
     for e in tl.entries():
-        p = prepare(tl.packets(e, columns=_READ), e.kind)
+        p = prepare(tl.packets(e, columns=_PREPARE_READ), e.kind, e.vantage, e.file)
         if p.height == 0:
             continue
         per["flows"].append(flow_totals(p))
         per["flow_series"].append(flow_series(p, tl.bin_ns))
-        per["rtt"].append(rtt_samples(p))
+        rtts.append((_rtt_rows(p), p.flows, p.vantage, p.capture_file))
         keys.append(keyed(p))
         del p
+    if sum(1 for k in keys if k.df.height) < 2:
+        pairs = between_keyed(keys)
+    else:
+        # (rebound here: the identities' own columns are freed, not kept alive by this list)
+        keys = [_numbers_only(k) for k in numbered_ids(keys)]
+        pairs = _between_numbered(keys, LOSS_GUARD_MIN_NS, "adjacent")
+    del keys
+    per["rtt"] = [_named_rtt(*r) for r in rtts]
+    del rtts
     schemas = {"flows": FLOWS, "flow_series": FLOW_SERIES, "rtt": RTT}
     out = {n: pl.concat(v) if v else conform(None, schemas[n]) for n, v in per.items()}
-    out.update(between_keyed(keys))
+    out.update(pairs)
     return out
 
 

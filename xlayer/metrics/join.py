@@ -106,6 +106,7 @@ import xlayer.timeline.match as mm
 from xlayer.metrics.keys import with_sorted_ids
 from xlayer.metrics.schema import MATCH_COLUMNS, Column, conform, register
 from xlayer.timeline.airtime import COLUMNS as AIRTIME_COLUMNS
+from xlayer.timeline.open import mapped_ipc
 
 if TYPE_CHECKING:
     from xlayer.timeline.open import Timeline
@@ -122,6 +123,8 @@ NEEDS: tuple[str, ...] = tuple(dict.fromkeys(
 _WIRED = ["capture_file", "frame", "ts_ns", "flow", "ip_dscp", "malformed", "eth_src", "eth_dst",
           *(c for c, _ in mm.IP_KEY)]
 _AIR = list(dict.fromkeys((*NEEDS, *AIRTIME_COLUMNS, "flow")))
+# (an air capture has no Ethernet addresses: read, they would be a million null strings each)
+_AIR_READ = [c for c in _AIR if c not in ("eth_src", "eth_dst")]
 # what `analyse_air` reads of the usable air records after their airtime and match key
 _AIR_KEPT = ("_i", "frame", "ts_ns", "tx_start_ns", "key", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
              "wlan_retry", "wlan_more_frag", "wlan_protected", "wlan_ra", "wlan_ta", "_ra_da", "_ta_sa", "wlan_seq",
@@ -318,7 +321,7 @@ def _attempts(air: pl.DataFrame) -> pl.DataFrame:
         pl.col("wlan_protected").fill_null(False).alias("protected"),
         # protected and not decrypted (no keys, or none that fit): matched by size and order, not by key
         (pl.col("wlan_protected").fill_null(False) & ~pl.col("wlan_decrypted").fill_null(False)
-         & pl.col("ip_src").is_null()).alias("nokey"),
+         & pl.col("_noip")).alias("nokey"),
         pl.col("wlan_pn").cast(pl.UInt64).alias("pn"), pl.col("wlan_amsdu").fill_null(False).alias("amsdu"),
         # what follows the MAC header, FCS excluded: cipher header and MIC, LLC/SNAP and the IP packet
         (pl.col("_mpdu") - pl.col("_hdr") - 4).alias("body"),
@@ -549,6 +552,12 @@ def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[
     # the Block Acks' bits made once, as numbers: confirmation reads their frames, capture loss their addresses
     ba = air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 9))
     ba_bits = _ba_bits(ba, ("ba_i", "mac_seq"))
+    # the columns read by one step only are used up first and dropped: the Block Ack fields (in `ba` now) and
+    # the IP addresses (the stations' pairs; the attempts read only whether there is one) are a string
+    # column each over every record, held through all the steps below
+    stations = _stations(air)
+    air = air.with_columns(pl.col("ip_src").is_null().alias("_noip")).drop(
+        "ip_src", "ip_dst", "wlan_ba_bitmap", "wlan_ba_ssn")
     att = _confirm(air, _attempts(air), ba, ba_bits)
     space, seq_of = _seq_spaces(air)
     att = att.hstack([_scatter_gather(seq_of.get_column("_i"), seq_of.get_column("useq"), att.get_column("_i"))])
@@ -560,7 +569,6 @@ def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[
     del ba, ba_bits
     orphans = _orphan_acks(air)
     span = (int(air["ts_ns"].min()), int(air["ts_ns"].max())) if air.height else (0, -1)
-    stations = _stations(air)
     del air
     # capture loss: which of the holes a Block Ack says arrived (the attempts' addresses and numbers only)
     seen = att.select("ta", "ra", pl.col("mac_seq").cast(pl.Int64)).unique()
@@ -1325,7 +1333,8 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
     per = _merge_groups(m, "_w")
     del m
     # (each working column is dropped once read for the last time: these rows are a million wide)
-    d = w.join(per, on="_w", how="left").with_columns(_space_cols()).drop("ra")
+    # (the packet's number alone goes through the join: the packets' other columns are not copied)
+    d = _join_left(w, per, ["_w"]).with_columns(_space_cols()).drop("ra")
     del per
     # holes (sequence numbers missed before it) of each matched packet's MPDU
     sp = a["space"].select("ta", pl.col("ra").alias("_sra"), "_tid", "useq", "holes")
@@ -1409,7 +1418,7 @@ def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0
     gmap = m.select("gid", "_w")
     per = _merge_groups(m, "_w")
     del m
-    d = w.join(per, on="_w", how="left")
+    d = _join_left(w, per, ["_w"])
     del per
     # (the few groups no packet took, filtered once: not a copy of every uplink group first)
     only = a["groups"].filter(up & ~pl.col("gid").is_in(gmap.get_column("gid").implode()))
@@ -1451,6 +1460,15 @@ def _choose(rows: pl.DataFrame) -> pl.DataFrame:
             .unique("_w", keep="first", maintain_order=True))
 
 
+def _choose_among(rows: list[pl.DataFrame]) -> pl.DataFrame:
+    """Return `_choose` of the rows of every air capture (`rows`: one table per capture), in no set order."""
+    if len(rows) == 1 and not rows[0].get_column("_w").is_duplicated().any():
+        # one air capture (the usual case) has one row per packet already: its choice is every row, and
+        # the sort would copy every column of the table for an order the caller sorts away again
+        return rows[0]
+    return _choose(pl.concat(rows, how="diagonal_relaxed"))
+
+
 def _aligned_by_size(tl: Timeline, file: str) -> bool:
     """Return whether the alignment placed an air capture by frame sizes alone (its clock is then rough)."""
     try:
@@ -1467,7 +1485,7 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
     att_files: dict[str, str] = {}
     airs = []
     for n, e in enumerate(tl.entries("air")):
-        a = _analyse_usable(_usable_air(tl.packets(e.file, columns=_AIR)), e.file, compact=False)
+        a = _analyse_usable(_usable_air(tl.packets(e.file, columns=_AIR_READ)), e.file, compact=False)
         if scratch is not None:
             att_files[e.file] = os.path.join(scratch, f"join-attempts-{n}.arrow")
             a.pop("attempts").write_ipc(att_files[e.file], compression="uncompressed")
@@ -1492,8 +1510,11 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
         learnt, oh = learn_protected(wired, pl.concat([a["groups"] for _, a in airs], how="diagonal_relaxed"), ip_sta)
         ip_sta = pl.concat([ip_sta, learnt.select("station", "ip")])
         for _, a in airs:
-            a["groups"] = a["groups"].join(oh, on="station", how="left").with_columns(
-                _protected_len(pl.col("_oh").fill_null(CIPHER_OVERHEADS["ccmp"])).alias("_plen")).drop("_oh")
+            # (the station alone goes through the join, not a copy of every group column; what only the
+            # protected length read is dropped with it: the rest of the join reads none of it)
+            a["groups"] = _join_left(a["groups"], oh, ["station"]).with_columns(
+                _protected_len(pl.col("_oh").fill_null(CIPHER_OVERHEADS["ccmp"])).alias("_plen")).drop(
+                "_oh", "_body", "_whole", "_amsdu", "pn")
         del learnt, oh
     wired = wired.drop([c for c in ("eth_src", "eth_dst") if c in wired.columns])
     down_w = wired.join(ip_sta.rename({"ip": "ip_dst"}), on="ip_dst", how="inner")
@@ -1524,7 +1545,7 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
             a.pop(k)
     # downlink
     if down_rows:
-        down = _choose(pl.concat(down_rows, how="diagonal_relaxed"))
+        down = _choose_among(down_rows)
         del down_rows
     else:   # no air capture: nothing to say about any packet's air side
         down = down_w.with_columns(pl.lit("unknown").alias("fate"), *_nulls("acked_by", "_start", "n_attempts"))
@@ -1535,7 +1556,7 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
                .join_asof(client.rename({"ts_ns": "_cts"}).sort("_cts"), left_on="ts_ns", right_on="_cts", by="key",
                           strategy="forward", tolerance=MATCH_WINDOW_NS, check_sortedness=False)
                .select("_w", pl.col("_cts").is_not_null().alias("_client")))
-        down = down.join(got, on="_w", how="left")
+        down = _join_left(down, got, ["_w"])      # (not a copy of every column of the rows)
         c = pl.col("_client").fill_null(False)
         unseen = pl.col("n_attempts").fill_null(0) == 0
         down = down.with_columns(
@@ -1553,9 +1574,8 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
     del down
     # uplink
     if up_rows:
-        up = _choose(pl.concat(up_rows, how="diagonal_relaxed").with_columns(
-            pl.when(pl.col("gid").is_not_null()).then(pl.lit("delivered")).otherwise(pl.lit("sniffer_missed"))
-            .alias("fate")))
+        seen_up = pl.when(pl.col("gid").is_not_null()).then(pl.lit("delivered")).otherwise(pl.lit("sniffer_missed"))
+        up = _choose_among([u.with_columns(seen_up.alias("fate")) for u in up_rows])
     else:
         up = up_w.with_columns(pl.lit("unknown").alias("fate"), *_nulls("acked_by", "last_air_ts_ns", "first_air_ts_ns"))
     up = up.with_columns((pl.col("ts_ns") - pl.col("last_air_ts_ns")).alias("sojourn_ns"),
@@ -1587,7 +1607,8 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
         parts = []
         for f, a in airs:
             if f in att_files:
-                a["attempts"] = pl.read_ipc(att_files[f])
+                # mapped, not read: clean file pages instead of a second copy of every attempt column
+                a["attempts"] = mapped_ipc(att_files[f])
                 os.remove(att_files[f])
             # one air capture at a time, joined on the group id alone: only that key column goes through
             # the join (`_join_left`), not a copy of every attempt column
