@@ -157,8 +157,7 @@ def _rts_moved(ctx: Context, w: Window, d: pl.DataFrame) -> tuple[pl.DataFrame, 
     hol = (d["ts_ns"] + d["queue_ns"]).to_numpy().astype(np.int64)
     access = d["access_ns"].fill_null(0).to_numpy().astype(np.int64)
     held = np.clip(f(hol + access) - f(hol), 0, access)
-    per = un.group_by("station").agg((pl.col("end_ns") - pl.col("ts_ns")).sum().alias("ns"))
-    return d.with_columns(pl.col("service_ns") - pl.Series(held)), {st: int(ns) for st, ns in per.iter_rows()}
+    return d.with_columns(pl.col("service_ns") - pl.Series(held)), held_by_station(un)
 
 
 def find_hog(ctx: Context, w: Window, d: pl.DataFrame | None = None) -> Hog | None:
@@ -228,6 +227,12 @@ def unanswered_rts(air: pl.DataFrame, stations: list[str]) -> pl.DataFrame:
     return un.select(pl.col("ts_ns").cast(pl.Int64),
                      pl.min_horizontal("_next", pl.col("ts_ns") + RTS_CYCLE_MAX_NS).cast(pl.Int64).alias("end_ns"),
                      "station")
+
+
+def held_by_station(un: pl.DataFrame) -> dict[str, int]:
+    """Return per station the line time (ns) the unanswered RTS of `un` (`unanswered_rts`) to it held."""
+    per = un.group_by("station").agg((pl.col("end_ns") - pl.col("ts_ns")).sum().alias("ns"))
+    return {st: int(ns) for st, ns in per.iter_rows()}
 
 
 def rts_retry_spans(air: pl.DataFrame, stations: list[str]) -> tuple[np.ndarray, np.ndarray]:

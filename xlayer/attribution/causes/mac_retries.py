@@ -242,9 +242,7 @@ def _unanswered(air: pl.DataFrame, stations: list[str]) -> dict[str, int]:
 
     Behind RTS/CTS a receiver that hears nothing never gets the data frame: the AP sends the RTS
     again and again, and the data's retry bits stay clear while its line is held for the burst."""
-    un = delaysplit.unanswered_rts(air, stations)
-    got = un.group_by("station").agg((pl.col("end_ns") - pl.col("ts_ns")).sum())
-    return {st: int(ns) for st, ns in got.iter_rows()}
+    return delaysplit.held_by_station(delaysplit.unanswered_rts(air, stations))
 
 
 def _tries(ctx: Context, st: str, lo: int, hi: int) -> tuple[pl.DataFrame, pl.DataFrame]:
