@@ -253,14 +253,67 @@ def test_a_rate_fall_on_a_link_that_did_not_weaken_leads_nothing():
 
 @pytest.mark.parametrize(("fall_db", "retry_in", "retry_out", "weak"), [
     (10.0, 0.1, 0.5, True),       # the signal fell: a weaker link, whatever the retries
-    (0.0, 0.4, 0.1, True),        # same signal, more retries: interference or a fading link
+    (3.0, 0.1, 0.1, True),        # ... by a rate step's worth of SNR
+    (0.0, 0.4, 0.1, False),       # same signal, more retries: frames failing for another reason (a hidden node)
+    (1.0, 0.4, 0.1, False),
     (0.0, 0.3, 0.65, False),      # same signal, fewer retries: the old rate never carried the link
     (None, 0.3, 0.65, False),     # no signal measured: the retries say
-    (0.0, None, 0.3, True),       # nothing to say otherwise: as before, a rate fall is a weaker link
+    (None, 0.4, 0.1, True),
+    (None, None, 0.3, True),      # nothing to say otherwise: as before, a rate fall is a weaker link
 ])
 def test_a_rate_fall_is_a_weakening_link_by_signal_or_retries(fall_db, retry_in, retry_out, weak):
     from xlayer.attribution.causes.rate_change import weakened
     assert weakened(fall_db, retry_in, retry_out) is weak
+
+
+def test_rate_adaptation_answering_retries_on_a_steady_signal_follows_them():
+    # a hidden node beside A: its frames fail, Minstrel steps down; the signal held
+    numbers = {"signal_in_dbm": -63.0, "signal_outside_dbm": -63.0, "retry_fraction_in": 0.28,
+               "retry_fraction_outside": 0.05, "link_weakened": False, "answering_retries": True}
+    rc = CauseFinding("rate_change", 0.9, "A's data rate fell", numbers, stations=["A"])
+    mr = CauseFinding("mac_retries", 0.6, "A's frames were retried", stations=["A", "B"])
+    got = explain(_Ctx(_line(_steady(8_000, 12_000)), quiet=QUIET), W, [rc, mr])
+    assert [f.cause for f in got] == ["mac_retries", "rate_change"]
+    assert got[0].explained_by is None and got[1].explained_by == "mac_retries"
+    assert "answering the MAC retries" in got[1].because
+    # another station's retries do not explain A's fall
+    rc2 = CauseFinding("rate_change", 0.9, "A's data rate fell", dict(numbers), stations=["A"])
+    mr2 = CauseFinding("mac_retries", 0.6, "B's frames were retried", stations=["B"])
+    got = explain(_Ctx(_line(_steady(8_000, 12_000)), quiet=QUIET), W, [rc2, mr2])
+    assert [f.cause for f in got] == ["rate_change", "mac_retries"] and got[0].explained_by is None
+
+
+def _spread(slow_every: int | None, t0: int, t1: int) -> list[dict]:
+    """Return A's downlink transmissions every 2 ms in [t0, t1) at 54 Mbit/s, every `slow_every`-th at 6."""
+    return [{"ts_ns": t, "station": "A", "direction": "down", "capture_file": "s.pcap",
+             "rate_mbps": 6.0 if slow_every and i % slow_every == 0 else 54.0, "retry": False}
+            for i, t in enumerate(range(t0, t1, 2 * MS))]
+
+
+@pytest.mark.parametrize("slow_every", [5, None])
+def test_frames_spread_over_slower_rates_are_a_rate_fall_by_their_airtime(slow_every):
+    from xlayer.attribution.causes import rate_change
+
+    # one frame in five at 6 Mbit/s among frames at 54: their plain mean is 44 Mbit/s (82 % of 54, no fall),
+    # their airtime that of all five at 21 Mbit/s (39 %); no rate held long enough to be a rate change
+    w = Window(10_000 * MS, 11_000 * MS, ["f"], ["A"])
+    ctx = _Ctx(_line(_steady(8_000, 12_000)), quiet=[(w.start_ns, w.end_ns)])
+    rows = _spread(None, 4_000 * MS, w.start_ns) + _spread(slow_every, w.start_ns, w.end_ns) \
+        + _spread(None, w.end_ns, 16_000 * MS)
+    ctx.tables["attempts"] = pl.DataFrame(rows).with_row_index("frame").with_columns(pl.col("frame").cast(pl.Int64))
+    ctx.tables["station_series"] = pl.DataFrame(
+        [{"station": "A", "bin_start_ns": b * 100 * MS, "signal_dbm": -60.0, "data_frames": 50,
+          "retry_fraction": 0.0, "phy_rate_mbps": 54.0} for b in range(40, 160)])
+    ctx.tables["rate_changes"] = pl.DataFrame(schema={"ts_ns": pl.Int64, "station": pl.Utf8, "from_mbps": pl.Float64,
+                                                      "to_mbps": pl.Float64, "capture_file": pl.Utf8, "frame": pl.Int64})
+    f = rate_change.score(ctx, w)
+    if slow_every is None:
+        assert f is None
+        return
+    assert f is not None and f.numbers["rate_in_mbps"] == pytest.approx(5 / (4 / 54 + 1 / 6))
+    assert f.numbers["rate_outside_mbps"] == pytest.approx(54.0) and f.confidence > 0.5
+    assert "spread over slower rates" in f.summary and f.numbers["link_weakened"] is False
+    assert f.frames and all(ctx.tables["attempts"]["rate_mbps"][fr.frame] == 6.0 for fr in f.frames)
 
 
 def _station_series(signals: dict[str, float | None], rates: dict[str, float], air: dict[str, int]) -> pl.DataFrame:
@@ -402,29 +455,52 @@ def test_truth_causes_of_two_injections_are_two_events():
 
 
 @pytest.mark.parametrize("burst", [True, False])
-def test_a_burst_shorter_than_the_drop_is_seen_against_the_worst_steady_step(burst):
+def test_a_burst_shorter_than_the_drop_is_seen_against_the_worst_steady_run(burst):
     from xlayer.attribution.causes import mac_retries
 
-    # A sends 250 frames per half second from 4 s to 16 s at 4 % retries; with `burst`, 40 % for one
-    # half second inside a 4 s drop window (a hidden node's burst), else the same noise throughout
+    # A sends a frame every 2 ms from 4 s to 16 s at 4 % retries; with `burst`, 40 % for one half
+    # second inside a 4 s drop window (a hidden node's burst), its backoffs spacing the frames 5 ms
+    # apart (100 frames: no 0.1 s step of the burst holds more than 20); else the same noise throughout
     rng = np.random.default_rng(5)
     w = Window(10_000 * MS, 14_000 * MS, ["f"], ["A"])
-    rows = []
-    for k in range(6_000):
-        t = 4_000 * MS + k * 2 * MS
-        p = 0.4 if burst and 11_000 * MS <= t < 11_500 * MS else 0.04
-        rows.append({"ts_ns": t, "station": "A", "retry": bool(rng.random() < p), "rate_mbps": 54.0,
-                     "acked": True, "frag": 0, "ta": "ap", "mac_seq": k % 4096})
+    rows, t, k = [], 4_000 * MS, 0
+    while t < 16_000 * MS:
+        hit = burst and 11_000 * MS <= t < 11_500 * MS
+        rows.append({"ts_ns": t, "station": "A", "retry": bool(rng.random() < (0.4 if hit else 0.04)),
+                     "rate_mbps": 54.0, "acked": True, "frag": 0, "ta": "ap", "mac_seq": k % 4096})
+        t, k = t + (5 if hit else 2) * MS, k + 1
     ctx = _Ctx(_line(_steady(8_000, 12_000)), quiet=[(w.start_ns, w.end_ns)])
     ctx.tables["attempts"] = pl.DataFrame(rows)
     whole = mac_retries._conf(float(ctx.between("attempts", w.start_ns - 500 * MS, w.end_ns)["retry"].mean()),
                               0.04, "drop")
     f = mac_retries._score_attempts(ctx, w)
     if burst:
-        # the window's mean rises little (its confidence stays low); the burst step carries the finding
-        assert whole < 0.5 and f is not None and f.confidence > 0.6 and "at its worst" in f.summary
+        # the window's mean rises little (its confidence stays low); the burst's run carries the finding
+        assert whole < 0.5 and f is not None and f.confidence > 0.6 and "of its worst 100 transmissions" in f.summary
     else:
         assert f is None or f.confidence < 0.2
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_worst_of_many_steady_runs_is_no_burst_with_nothing_outside(seed):
+    from xlayer.attribution.causes import mac_retries
+
+    # 3,000 transmissions at 5 % retries, all inside the drop window: the worst of its 30 runs of 100
+    # is well above their median by chance alone; a 0.4 s burst at 45 % inside the same window is not
+    rng = np.random.default_rng(seed)
+    w = Window(4_000 * MS, 10_000 * MS, ["f"], ["A"])
+    for burst in (False, True):
+        ts = np.arange(4_000 * MS, 10_000 * MS, 2 * MS)
+        p = np.where(burst & (ts >= 6_000 * MS) & (ts < 6_400 * MS), 0.45, 0.05)
+        att = pl.DataFrame({"ts_ns": ts, "station": "A", "retry": rng.random(ts.size) < p, "rate_mbps": 54.0,
+                            "acked": True, "frag": 0, "ta": "ap", "mac_seq": np.arange(ts.size) % 4096})
+        ctx = _Ctx(_line(_steady(8_000, 12_000)), quiet=[(0, 20_000 * MS)])
+        ctx.tables["attempts"] = att
+        f = mac_retries._score_attempts(ctx, w)
+        if burst:
+            assert f is not None and f.confidence > 0.5
+        else:
+            assert f is None or f.confidence < 0.1
 
 
 def test_fragment_time_is_the_burst_and_the_rest_of_a_retried_fragmented_msdu_is_retries():

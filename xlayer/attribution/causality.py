@@ -8,6 +8,7 @@ The graph (issue 11; study 003's finding: MAC retransmissions push IP delay abov
     queueing behind plain work  <- ap_queue_overflow (a full queue)
     any of them, or the wired path -> delay above the RTO -> spurious_rto (nothing was lost)
     rate_change (a weakening link) -> performance_anomaly, mac_retries of that station
+    mac_retries on a link whose signal held -> rate_change (rate adaptation answers the failures)
     performance_anomaly (a weak link) -> mac_retries of the slow station; with responsive flows,
         ap_queue_overflow (the slow service fills the queue)
     an unresponsive stream offered past its station's intake -> ap_queue_overflow -> performance_anomaly
@@ -35,7 +36,9 @@ A station whose PHY rate the `rate_change` finding measured falling is slow and 
 link weakened: its `performance_anomaly` and `mac_retries` findings follow the rate change
 (`_after_rate_change`), and a timeout chain through them starts at the rate change.  A fall on a link
 that did not weaken (signal as before, fewer retries at the new rate: the old rate was never carried)
-leads nothing: the station was as slow before it.
+leads nothing: the station was as slow before it.  A fall on a link whose signal held while its
+frames were retried more is rate adaptation answering failures made elsewhere (a hidden node, an
+interferer): it follows the `mac_retries` finding of that station.
 """
 from __future__ import annotations
 
@@ -94,21 +97,25 @@ DELAY_MAKERS = ("mac_retries", "interference", "performance_anomaly", "ap_queue_
                 "rts_overhead", "rate_change")
 
 
-def _strongest_maker(sp: delaysplit.Split, found: list[CauseFinding]) -> tuple[str, str] | None:
+def _strongest_maker(sp: delaysplit.Split, found: list[CauseFinding], late: list[str]) -> tuple[str, str] | None:
     """Return (cause, "load") of the most confident delay maker found in the window, when the split
     names no part but the late packets' delay grew on the AP's side (not on the wired path) while the
-    AP took `SLOWER_SERVICE` times longer per packet than outside the drops.
+    AP took `SLOWER_SERVICE` times longer per packet than outside the drops, or, at the same service
+    per packet, when the maker's stations include those of the late packets (`late`).
 
     Spurious timeouts need a delay above the RTO, and the graph has them downstream of every delay
     maker: when the growth shows only as a longer queue (packets ahead served more slowly by a
     change the split does not separate, such as rate adaptation reacting to collisions), the cause
-    found in the window is the better root than the timeouts themselves."""
+    found in the window is the better root than the timeouts themselves.  A standing queue already
+    near the RTO times out on a small rise: the window's mean then barely moves, and a maker acting
+    on the late packets' own station is what tipped them over."""
     if max(delaysplit.PARTS, key=sp.grew) == "wired" or sp.grew("load") <= 0:
         return None
+    makers = [f for f in found if f.cause in DELAY_MAKERS]
     svc, svc_out = sp.extra.get("service_ms"), sp.extra.get("service_outside_ms")
     if not svc or not svc_out or svc < SLOWER_SERVICE * svc_out:
-        return None        # the same work per packet: more packets ahead (load), not a change on the air
-    makers = [f for f in found if f.cause in DELAY_MAKERS]
+        # the same work per packet: more packets ahead (load), unless a maker acted on the late packets
+        makers = [f for f in makers if set(f.stations) & set(late)]
     if not makers:
         return None
     return max(makers, key=lambda f: f.confidence).cause, "load"
@@ -118,6 +125,7 @@ _MAKERS = {performance_anomaly.NAME: performance_anomaly, mac_retries.NAME: mac_
            fragmentation.NAME: fragmentation}
 
 
+OWN_FINDING_SHARE = 0.5         # the other stations' retries alone make this share of the finding: a root of their own
 RATE_FOLLOWERS = ("performance_anomaly", "mac_retries")   # a station whose rate fell is slow and retried
 
 
@@ -126,7 +134,16 @@ def _after_rate_change(found: list[CauseFinding]) -> list[CauseFinding]:
     rate it measured falling (a weakening link: rate adaptation steps down, frames are retried, and the
     slower frames hold the air; the rate fall is what changed)."""
     rc = next((f for f in found if f.cause == "rate_change"), None)
-    if rc is None or rc.numbers.get("link_weakened") is False:
+    if rc is None:
+        return found
+    if rc.numbers.get("answering_retries"):
+        mr = next((f for f in found if f.cause == mac_retries.NAME and f.explained_by is None
+                   and set(f.stations) & set(rc.stations)), None)
+        if mr is None or rc.explained_by is not None:
+            return found
+        return _pair(found, mr, rc, f"rate_change because rate adaptation stepped down answering the MAC "
+                                    f"retries on a link whose signal held: {mr.summary}")
+    if rc.numbers.get("link_weakened") is False:
         return found
     fell = set(rc.stations)
     led = [f for f in found if f.cause in RATE_FOLLOWERS and f.explained_by is None and set(f.stations) & fell]
@@ -153,14 +170,15 @@ def _slow_station(f: CauseFinding) -> str | None:
 
 def _after_weak_link(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:
     """Return the findings with `mac_retries` after the performance anomaly when the window's retries
-    are the slow station's alone (without its frames they make no finding): a weak link's low rate
-    and lost frames are one condition, and what the other stations lose is its air, retries included."""
+    are the slow station's (without its frames they make no finding, or one under OWN_FINDING_SHARE
+    of it: a burst or two of the others' frames colliding on a busy air): a weak link's low rate and
+    lost frames are one condition, and what the other stations lose is its air, retries included."""
     pa = next((f for f in found if f.cause == performance_anomaly.NAME and f.explained_by is None), None)
     mr = next((f for f in found if f.cause == mac_retries.NAME and f.explained_by is None), None)
     slow = _slow_station(pa) if pa is not None else None
     if mr is None or slow is None:
         return found
-    if mac_retries.without(ctx, w, slow) >= mac_retries.MIN_CONF:
+    if mac_retries.without(ctx, w, slow) >= max(mac_retries.MIN_CONF, OWN_FINDING_SHARE * mr.confidence):
         return found            # the other stations' retries are a finding of their own
     return _pair(found, pa, mr, f"mac_retries because {slow} is on a weak link: without its frames the window's "
                                 f"retries are not above usual; {pa.summary}")
@@ -220,7 +238,7 @@ def _explain_timeouts(ctx: Context, w: Window, found: list[CauseFinding]) -> lis
         return found
     rc = root_cause(s, by)
     if rc is None:
-        rc = _strongest_maker(s, found)
+        rc = _strongest_maker(s, found, sp.stations or w.stations)
         if rc is None:
             return found
     name, part = rc

@@ -8,16 +8,19 @@ cause's confidence is halved.  A second measure sees retries that are few but lo
 AP's transmit line spent retransmitting (`delay` table: retry time over service time) against outside
 the drops.  A deaf receiver behind a persistent MAC is one MPDU retried for a second: a small retry
 fraction of the transmissions, most of the line's time.  A burst shorter than the drop (a hidden
-node) is seen in a station's worst half-second step against its worst step outside the drops (or,
-with too little outside, the window's median step).  A drop it is the root of spans its episode: the
-0.1 s steps around the drop in which its most retried station's retry fraction stood well above that
-station's usual one (`episode`), since a hidden node starts before the goodput falls and may outlast it.
+node) is seen in a station's worst run of 100 consecutive transmissions (or of 0.1 s of its traffic,
+when more) against what the worst of as many runs reaches in steady traffic (outside the drops, and
+at least by the binomial law of the station's usual retry fraction).  A drop it is the root of spans
+its episode: the 0.1 s steps around the drop in which its most retried station's retry fraction
+stood well above that station's usual one (`episode`), since a hidden node starts before the
+goodput falls and may outlast it.
 Behind RTS/CTS a deaf receiver's data frames never go out: the RTS the AP sent it unanswered name
 the station and count as its retries.
 """
 from __future__ import annotations
 
 from dataclasses import replace
+from statistics import NormalDist
 
 import polars as pl
 
@@ -155,29 +158,48 @@ def _weak_link_factor(ctx: Context, w: Window, att: pl.DataFrame | None = None, 
     return 0.5 if weak else 1.0
 
 
-STEP_MIN_ATTEMPTS = 5 * MIN_ATTEMPTS      # a step's retry fraction counts from this many transmissions
+STEP_MIN_ATTEMPTS = 5 * MIN_ATTEMPTS      # a burst is measured over at least this many consecutive transmissions
+BURST_NS = episodes.STEP_NS               # ... and over at least what the station sends in this long
 
 
-def _steps(att: pl.DataFrame) -> pl.Series:
-    """Return the retry fractions of `att` over LEAD_NS steps of STEP_MIN_ATTEMPTS transmissions or more."""
-    if att.height < STEP_MIN_ATTEMPTS:
+def _run_length(mine: pl.DataFrame, span_ns: int) -> int:
+    """Return the transmissions a burst is measured over: STEP_MIN_ATTEMPTS, or what the station sent
+    in BURST_NS at its pace in the window when more (a cluster of retries over a few milliseconds
+    costs the line nothing a drop would show)."""
+    return max(STEP_MIN_ATTEMPTS, round(mine.height * BURST_NS / max(span_ns, 1)))
+
+
+def _steps(att: pl.DataFrame, n: int) -> pl.Series:
+    """Return the retry fractions of `att` over every run of `n` consecutive transmissions.
+
+    Runs of transmissions, not of time: a burst's retries double the backoff, so a collided 0.1 s
+    holds fewer transmissions than a clean one; over equal counts the extremes inside and outside a
+    window share one binomial noise."""
+    if att.height < n:
         return pl.Series("rf", [], pl.Float64)
-    return (att.group_by((pl.col("ts_ns") // LEAD_NS).alias("step"))
-            .agg(pl.len().alias("n"), pl.col("retry").mean().alias("rf"))
-            .filter(pl.col("n") >= STEP_MIN_ATTEMPTS)["rf"])
+    r = att.sort("ts_ns")["retry"].cast(pl.Float64).fill_null(0.0)
+    return r.rolling_mean(n).drop_nulls().rename("rf")
 
 
-def _burst(mine: pl.DataFrame, theirs: pl.DataFrame) -> tuple[float, float] | None:
-    """Return (worst step in the window, its baseline): the worst step outside the drops, or where
-    too little is outside, the window's own median step over three or more (None: no steps)."""
-    inside, outside = _steps(mine), _steps(theirs)
+def _burst(mine: pl.DataFrame, theirs: pl.DataFrame, n: int) -> tuple[float, float] | None:
+    """Return (worst run of `n` transmissions in the window, its baseline), None when the window holds no run.
+
+    The worst of many runs is higher than the worst of few by chance alone, so the baseline is what
+    the worst of the window's k disjoint runs reaches in steady traffic: the quantile 1 - 1/(k + 1)
+    of the runs outside the drops, and at least that quantile of the binomial runs of the station's
+    usual fraction (normal approximation; a short outside holds too few runs to show its own extremes).
+    The usual fraction is the one outside the drops, or with too little outside, the window's own."""
+    inside, outside = _steps(mine, n), _steps(theirs, n)
     if inside.len() == 0:
         return None
+    k = max(1.0, mine.height / n)
+    q = 1.0 - 1.0 / (k + 1.0)
+    usual = theirs if theirs.height >= n else mine
+    p = float(usual["retry"].cast(pl.Float64).fill_null(0.0).mean())
+    base = p + NormalDist().inv_cdf(q) * (p * (1.0 - p) / n) ** 0.5
     if outside.len():
-        return float(inside.max()), float(outside.max())
-    if inside.len() >= 3:
-        return float(inside.max()), float(inside.median())
-    return None
+        base = max(base, float(outside.quantile(q, "higher")))
+    return float(inside.max()), base
 
 
 def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
@@ -200,10 +222,10 @@ def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
     # One station's link can be what changed while the others' stay clean (a hidden node beside it):
     # its own retries against its own outside count too, the stronger of the two.
     # A burst (a hidden node's transmissions) can be much shorter than the drop it starts: the
-    # station's worst LEAD_NS step in the window also counts, against its worst step outside the
-    # drops (the same extreme of the same noise: a burst is worse than any steady step), or with
-    # nothing outside, against the window's median step.
-    bursts = {}
+    # station's worst run of transmissions (`_run_length`) in the window also counts, against what
+    # the worst of as many steady runs reaches (`_burst`: a burst is worse than the same extreme of
+    # the same noise).
+    bursts, runs = {}, {}
     for st, n in per.select("station", "attempts").iter_rows():
         if n < MIN_ATTEMPTS or st is None:
             continue
@@ -211,9 +233,11 @@ def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
         r_out = float(theirs["retry"].mean()) if theirs.height >= MIN_ATTEMPTS else None
         weak = _weak_link_factor(ctx, w, mine, theirs, [st])
         c = _conf(float(mine["retry"].mean()), r_out, w.kind) * weak
-        b = _burst(mine, theirs)
+        n_run = _run_length(mine, e - s)
+        b = _burst(mine, theirs, n_run)
         if b is not None:
             bursts[st] = b[0]
+            runs[st] = n_run
             c = max(c, _conf(b[0], b[1], "drop") * weak)     # a burst is one against its baseline, in any window
         conf = max(conf, c)
     if conf < MIN_CONF:
@@ -223,7 +247,7 @@ def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
     if top is not None and bursts[top] > float(worst["rf"]) + 0.05:
         # the worst station's own burst needs no second name
         who = "" if top == worst["station"] else f"{top} "
-        burst = f", {who}{bursts[top]:.0%} at its worst {LEAD_NS / 1e9:g} s"
+        burst = f", {who}{bursts[top]:.0%} of its worst {runs[top]} transmissions in a row"
     else:
         burst = ""
     text = (f"{int(att['retry'].sum()):,} of {att.height:,} transmissions were MAC retries "
@@ -256,10 +280,10 @@ def _tries(ctx: Context, st: str, lo: int, hi: int) -> tuple[pl.DataFrame, pl.Da
         return df.filter(pl.col("station") == st).select("ts_ns", "retry")
 
     def rts(air: pl.DataFrame) -> pl.DataFrame:
-        air = air.filter(pl.col("capture_file").is_in(caps))
+        air = air.filter(pl.col("capture_file").is_in(caps.implode()))
         failed = delaysplit.unanswered_rts(air, [st])["ts_ns"]
         return (air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 11) & (pl.col("wlan_ra") == st))
-                .select("ts_ns", pl.col("ts_ns").is_in(failed).alias("retry")))
+                .select("ts_ns", pl.col("ts_ns").is_in(failed.implode()).alias("retry")))
 
     att, theirs = own(ctx.between("attempts", lo, hi)), own(ctx.outside("attempts"))
     return pl.concat([att, rts(ctx.between("air_frames", lo, hi))]), pl.concat([theirs, rts(ctx.outside("air_frames"))])

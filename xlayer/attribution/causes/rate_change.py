@@ -1,14 +1,22 @@
 """PHY rate changes: rate adaptation moved a station to slower rates (a weaker link: distance, fading).
 
-Evidence: the station's data PHY rate in the window (weighted by frames) against its rate outside
-every drop window, the downward rate changes seen from 2 s before the window, and the signal
-strength in and out.  The slower the rate, the more airtime each packet takes, the less goodput.
+Evidence: the station's effective downlink PHY rate in the window against its rate outside every
+drop window, the downward rate changes seen from 2 s before the window (or, where rate adaptation
+spread the frames over slower rates without holding one, the rate fall alone when below
+`FALL_RATIO`), and the signal strength in and out.  The slower the rate, the more airtime each
+packet takes, the less goodput: the effective rate is the one the airtime says, the harmonic mean
+of the transmissions' rates (one frame in ten at 6 Mbit/s among frames at 54 costs the line as much
+as all ten at 30, though their plain mean is 49), from the `attempts` table, else the
+frame-weighted mean of `station_series`.
 
-A rate fall is a weakening link (`link_weakened`) when the station's signal fell by
-`delaysplit.WEAK_SIGNAL_DB` or more, or its frames were retried more often at the new rate than at
-the old.  Otherwise the old rate was one the link never carried (rate adaptation that started high
-and failed there, as Minstrel does on a far station): the station was as slow before, and the fall
-leads no other cause (`xlayer.attribution.causality`).
+A rate fall is a weakening link (`link_weakened`) when the station's signal fell by `RATE_STEP_DB`
+or more (about what separates neighbouring rates), or, where no signal is measured, when its frames
+were retried more often at the new rate than at the old.  On a signal that held, more retries are
+frames failing for another reason (a hidden node, an interferer): rate adaptation stepped down
+answering them (`answering_retries`), and the retries lead the fall.  Otherwise the old rate was one
+the link never carried (rate adaptation that started high and failed there, as Minstrel does on a
+far station): the station was as slow before, and the fall leads no other cause
+(`xlayer.attribution.causality`).
 
 A drop it is the root of spans its episode (`episode`): the 0.1 s steps around the drop in which the
 station's frames went at a rate it counts as fallen, since a walking station's rate falls for a
@@ -37,6 +45,25 @@ def _wrate(df: pl.DataFrame) -> float | None:
     return float((d["phy_rate_mbps"] * d["data_frames"]).sum() / d["data_frames"].sum())
 
 
+def _hrate(att: pl.DataFrame) -> float | None:
+    """Return the effective PHY rate (Mbit/s) of downlink transmissions: their count over their summed
+    inverse rates, the rate at which their airtime would carry them all (None: none)."""
+    r = att.filter((pl.col("direction") == "down") & (pl.col("rate_mbps") > 0))["rate_mbps"]
+    return float(r.len() / (1.0 / r).sum()) if r.len() else None
+
+
+def _station_rates(ctx: Context, w: Window, st: str, inside: pl.DataFrame,
+                   out: pl.DataFrame) -> tuple[float | None, float | None]:
+    """Return the station's effective downlink rate in the window and outside every drop (`_hrate`),
+    or the station series' frame-weighted means where no transmission says."""
+    mine = pl.col("station") == st
+    r_in = _hrate(ctx.between("attempts", w.start_ns, w.end_ns).filter(mine))
+    r_out = _hrate(ctx.outside("attempts").filter(mine))
+    if r_in is None or not r_out:
+        return _wrate(inside), _wrate(out)
+    return r_in, r_out
+
+
 def _wretry(df: pl.DataFrame) -> float | None:
     """Return the retry fraction of the bins' data transmissions (weighted by frames; None: none)."""
     d = df.filter(pl.col("retry_fraction").is_not_null() & (pl.col("data_frames") > 0))
@@ -45,10 +72,16 @@ def _wretry(df: pl.DataFrame) -> float | None:
     return float((d["retry_fraction"] * d["data_frames"]).sum() / d["data_frames"].sum())
 
 
+RATE_STEP_DB = 3.0         # about the SNR between neighbouring PHY rates: a signal this much weaker costs a rate step
+
+
 def weakened(fall_db: float | None, retry_in: float | None, retry_out: float | None) -> bool:
-    """Return whether a station's link weakened: its signal fell, or its frames were retried more (unknown: True)."""
-    if fall_db is not None and fall_db >= WEAK_SIGNAL_DB:
-        return True
+    """Return whether a station's link weakened: its signal fell by RATE_STEP_DB or more, or, with no
+    signal measured, its frames were retried more (nothing known: True)."""
+    if fall_db is not None:
+        # the same signal with more retries is frames failing for another reason (a collision, an
+        # interferer): rate adaptation stepping down answers them, the link itself is as good as before
+        return fall_db >= RATE_STEP_DB
     return retry_in is None or retry_out is None or retry_in > retry_out
 
 
@@ -60,13 +93,14 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     for st in (w.stations or ss["station"].unique().to_list()):
         inside = ss.filter(pl.col("station") == st)
         out = out_all.filter(pl.col("station") == st)
-        r_in, r_out = _wrate(inside), _wrate(out)
+        r_in, r_out = _station_rates(ctx, w, st, inside, out)
         if r_in is None or not r_out:
             continue
         ratio = r_in / r_out
         rc = ctx.between("rate_changes", w.start_ns - BEFORE_NS, w.end_ns)
         rc = rc.filter((pl.col("station") == st) & (pl.col("to_mbps") < pl.col("from_mbps")))
-        if rc.height == 0:
+        if rc.height == 0 and ratio >= FALL_RATIO:
+            # no rate held long enough to be a change, and the airtime says the frames went as fast
             continue
         sig_in = inside["signal_dbm"].drop_nulls()
         sig_out = out["signal_dbm"].drop_nulls()
@@ -83,20 +117,32 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
         return None
     conf, st, r_in, r_out, rc, sig_in, sig_out, fall_db, retry_in, retry_out = best
     weak = weakened(fall_db, retry_in, retry_out)
-    text = (f"{st}'s data rate fell to {r_in:.1f} Mbit/s from {r_out:.1f} Mbit/s "
-            f"({rc.height} downward rate changes)")
+    changes = (f"{rc.height} downward rate changes" if rc.height else
+               "its frames spread over slower rates, none held long enough to be a change")
+    text = f"{st}'s data rate fell to {r_in:.1f} Mbit/s from {r_out:.1f} Mbit/s ({changes})"
     if sig_in is not None and sig_out is not None:
         text += f"; signal {sig_in:.0f} dBm against {sig_out:.0f} dBm"
     if retry_in is not None and retry_out is not None:
         text += f"; retried {retry_in:.0%} against {retry_out:.0%}"
-    if not weak:
+    answering = not weak and retry_in is not None and retry_out is not None and retry_in > retry_out
+    if answering:
+        text += " (the signal held: rate adaptation stepped down answering frames that failed for another reason)"
+    elif not weak:
         text += " (the link did not weaken: the old rate was not one it carried)"
     return CauseFinding(NAME, conf, text,
                         {"station": st, "rate_in_mbps": r_in, "rate_outside_mbps": r_out,
                          "downward_changes": rc.height, "signal_in_dbm": sig_in, "signal_outside_dbm": sig_out,
                          "retry_fraction_in": retry_in, "retry_fraction_outside": retry_out,
-                         "link_weakened": weak},
-                        stations=[st], flows=ctx.flows_of([st]), frames=frames(rc, "rate change"))
+                         "link_weakened": weak, "answering_retries": answering},
+                        stations=[st], flows=ctx.flows_of([st]),
+                        frames=frames(rc, "rate change") or _slow_frames(ctx, w, st, r_out))
+
+
+def _slow_frames(ctx: Context, w: Window, st: str, usual: float) -> list:
+    """Return example downlink transmissions of the station in the window below FALL_RATIO of its usual rate."""
+    att = ctx.between("attempts", w.start_ns, w.end_ns)
+    return frames(att.filter((pl.col("station") == st) & (pl.col("direction") == "down")
+                             & (pl.col("rate_mbps") < FALL_RATIO * usual)), "slow PHY rate")
 
 
 EPISODE_MIN_FRAMES = 10    # a step's rate counts from this many of the station's downlink transmissions
@@ -104,16 +150,17 @@ EPISODE_MIN_FRAMES = 10    # a step's rate counts from this many of the station'
 
 def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
     """Return (start_ns, end_ns) of the run of steps around the drop in which the finding's station's
-    downlink frames went below FALL_RATIO of its usual rate (the finding's rate outside the drops),
+    downlink frames went below FALL_RATIO of its usual rate (the finding's rate outside the drops;
+    each step's effective rate, `_hrate`),
     or None when no step inside the drop did."""
     usual = f.numbers.get("rate_outside_mbps")
     if not f.stations or not usual:
         return None
     lo, hi = w.start_ns - episodes.MAX_NS, w.end_ns + episodes.MAX_NS
     att = ctx.between("attempts", lo, hi).filter((pl.col("station") == f.stations[0]) & (pl.col("direction") == "down")
-                                                 & pl.col("rate_mbps").is_not_null())
+                                                 & (pl.col("rate_mbps") > 0))
     steps = (att.group_by(((pl.col("ts_ns") - lo) // episodes.STEP_NS).alias("k"))
-             .agg(pl.len().alias("n"), pl.col("rate_mbps").mean().alias("rate")))
+             .agg(pl.len().alias("n"), (pl.len() / (1.0 / pl.col("rate_mbps")).sum()).alias("rate")))
     nsteps = int((hi - lo) // episodes.STEP_NS) + 1
     state = [0] * nsteps          # 1 fallen, -1 not, 0 too few frames to say (a station gone quiet)
     for k, n, rate in steps.iter_rows():
