@@ -19,6 +19,8 @@ and analyses them with `--wpa-pwd PASSPHRASE:SSID`; the passphrase is never prin
   primary cause vs the incident that overlaps it most; 0 when none does);
 - root-vs-consequence errors: the first-ranked cause of an event's incident is one of the run's
   truth *secondary* causes (a consequence, e.g. spurious_rto) while the primary (root) is not first;
+- on runs without a cause, how many incidents fall where the ns-3 trace itself shows rate adaptation
+  slowing the AP's frames (`trace_rate_fall`): such a run was not steady on the air, only uninjected;
 - alignment errors: per packet capture not on the reference clock, the largest |estimated - true|
   reference time over the capture's span (truth.json's clocks), as percentiles.
 
@@ -189,6 +191,27 @@ def alignment_errors(bundle: Path, alignment: dict, truth: dict, skew_err: dict[
     return out
 
 
+TRACE_RATE_FALL = 0.8     # rate_change's FALL_RATIO: an effective PHY rate below this share of the rest of the run
+
+
+def trace_rate_fall(bundle: Path, start_s: float, end_s: float) -> float | None:
+    """Return the AP's effective PHY rate over [start_s, end_s) against the rest of the run, from the
+    simulator's own trace of its transmissions (count over summed inverse rates; None: no trace)."""
+    import polars as pl
+
+    path = bundle / "truth_attempts.parquet"
+    if not path.exists():
+        return None
+    a = pl.read_parquet(path, columns=["t_tx_ns", "rate_mbps"]).filter(pl.col("rate_mbps") > 0)
+    inside = a["t_tx_ns"].is_between(int(start_s * 1e9), int(end_s * 1e9), closed="left")
+
+    def eff(r: Any) -> float | None:
+        return float(r.len() / (1.0 / r).sum()) if r.len() else None
+
+    r_in, r_out = eff(a.filter(inside)["rate_mbps"]), eff(a.filter(~inside)["rate_mbps"])
+    return r_in / r_out if r_in is not None and r_out else None
+
+
 def score(seed: int, bundle: Path, an_json: dict) -> dict[str, Any]:
     """Return what one run contributes to the report."""
     truth = json.loads((bundle / "truth.json").read_text())
@@ -214,11 +237,13 @@ def score(seed: int, bundle: Path, an_json: dict) -> dict[str, Any]:
         pairs.append((c["cause"], first))
         if best is not None and first != c["cause"] and first in secondary and first not in {p["cause"] for p in prim}:
             root_errors.append(f"seed {seed}: {first} ranked above its root {c['cause']}")
+    falls = []
     if not prim:
         pairs = [(NONE, i.cause or NONE) for i in incs] or [(NONE, NONE)]
+        falls = [trace_rate_fall(bundle, i.start_ns / 1e9, i.end_ns / 1e9) for i in incs]
     return {"seed": seed, "causes": sorted({c["cause"] for c in prim}), "pairs": pairs, "ious": ious,
             "right": res["right"], "total": res["total"], "spurious": res["spurious_incidents"],
-            "root_errors": root_errors,
+            "root_errors": root_errors, "trace_rate_falls": falls,
             "align": alignment_errors(bundle, an_json.get("alignment", {}), truth, skew := {}, status := {}),
             "skew": skew, "status": status,
             "expect": truth.get("expect", {}).get("holds"),
@@ -292,6 +317,10 @@ def report(rows: list[dict[str, Any]]) -> None:
           + (f" ({r_s / t_s:.0%})" if t_s else ""))
     print(f"runs without an injected cause: {len(clean)}, with an incident: "
           f"{sum(r['spurious'] > 0 for r in clean)}, incidents on them: {sum(r['spurious'] for r in clean)}")
+    falls = [x for r in clean for x in r.get("trace_rate_falls", [])]
+    slow = sum(x is not None and x < TRACE_RATE_FALL for x in falls)
+    print(f"  incidents there during which the ns-3 trace shows the AP's effective PHY rate under "
+          f"{TRACE_RATE_FALL:g} of the rest of its run (rate adaptation, not injected): {slow}/{len(falls)}")
     # a run without a cause whose truth says it was not steady after all (RTOs or queue drops happened)
     steady = [r for r in clean if r["expect"]]
     print(f"  of them steady by their own truth (no RTO, no queue drop): {len(steady)}, with an incident: "
