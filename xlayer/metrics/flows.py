@@ -74,6 +74,8 @@ from xlayer.metrics.schema import Column, conform, register
 from xlayer.timeline.flowkey import FRAGMENT_KEY, is_fragment
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from xlayer.timeline.open import Timeline
 
 NEEDS: tuple[str, ...] = (
@@ -250,6 +252,44 @@ def _flow_numbers(df: pl.DataFrame, per_flow: pl.DataFrame) -> list[pl.Series]:
     return [rows.get_column("fh"), rows.get_column("g")]
 
 
+def _key_columns() -> list[pl.Expr]:
+    """Return the packet identity's columns beside ``fh`` (`_KEY`), from a prepared table's columns."""
+    return [pl.col("ip_id").fill_null(-1).alias("k_id"), pl.col("tcp_seq").fill_null(-1).alias("k_seq"),
+            pl.col("udp_len").fill_null(-1).cast(pl.Int32).alias("k_ulen"),
+            pl.col("ip_len").fill_null(-1).alias("k_iplen"),
+            pl.col("ip_frag_offset").fill_null(0).cast(pl.Int32).alias("k_off")]
+
+
+def _not_retry_rows(df: pl.DataFrame) -> pl.Series:
+    """Return per row of an air capture's rows in frame order (`_ta`, wlan_seq, wlan_frag, ts_ns and the `_KEY`
+    columns) whether it is no MAC retry."""
+    # A MAC retry repeats the MPDU (transmitter, sequence, fragment) and its IP identity; 802.11
+    # sequence numbers wrap every 4096 MPDUs, so only a repeat within a short time is a retry.
+    ident = pl.struct(pl.col("_ta").fill_null(-1), pl.col("wlan_seq").fill_null(-1), pl.col("wlan_frag").fill_null(-1),
+                      *_KEY)
+    return pl.Series(_not_retry(df.select(ident.hash().alias("_mpdu"), "ts_ns")))
+
+
+def _first_copies(packets: pl.DataFrame, keep: pl.Expr, per_flow: pl.DataFrame, col: Callable[[str, pl.DataType], pl.Expr]
+                  ) -> pl.Series | None:
+    """Return per row of an air capture's `packets` (with ``fid``) whether `prepare` keeps it: `keep`, and no
+    MAC retry; None when the rows kept are not in frame order (`prepare` then sorts them first)."""
+    kept = packets.select(keep.fill_null(False)).to_series()
+    ident = packets.lazy().filter(kept).select(
+        "fid", col("frame", pl.Int64), col("ts_ns", pl.Int64), col("ip_id", pl.Int64), col("ip_len", pl.Int64),
+        col("ip_frag_offset", pl.Int64), col("tcp_seq", pl.Int64), col("udp_len", pl.Int64),
+        col("wlan_seq", pl.Int64), col("wlan_frag", pl.Int64),
+        (_code("wlan_ta") if "wlan_ta" in packets.columns else pl.lit(None, pl.Int64)).alias("_ta")).collect()
+    if not ident["frame"].is_sorted():
+        return None
+    ident = ident.with_columns(_flow_numbers(ident, per_flow)[0], *_key_columns())
+    ok = _not_retry_rows(ident).to_numpy()
+    del ident
+    full = np.zeros(packets.height, bool)
+    full[np.flatnonzero(kept.to_numpy())[ok]] = True
+    return pl.Series(full)
+
+
 # the packet columns `prepare` reads: not the capture's constants (file, vantage), given beside
 _PREPARE_READ = [c for c in _READ if c not in ("capture_file", "vantage", "kind")]
 
@@ -287,6 +327,14 @@ def prepare(packets: pl.DataFrame, kind: str = "wired", vantage: str | None = No
         is_fragment().any()).collect().item()
     addresses = [(_code(c) if c in cols else pl.lit(None, pl.Int64)).alias(c) for c in ("ip_src", "ip_dst")] \
         if has_frag else []
+    retries = kind == "air"
+    if retries and packets.height:
+        # the MAC retries told apart first, on the identity's few columns: the wide table below is then
+        # built of the rows kept only, not built whole and filtered (a second copy of every column)
+        first_copies = _first_copies(packets, keep, per_flow, col)
+        if first_copies is not None:
+            rows, retries = packets.lazy().filter(first_copies), False
+        del first_copies
     df = rows.select(
         "fid", col("frame", pl.Int64), col("ts_ns", pl.Int64),
         *addresses, col("ip_proto", pl.Int64), col("ip_id", pl.Int64), col("ip_len", pl.Int64),
@@ -294,26 +342,19 @@ def prepare(packets: pl.DataFrame, kind: str = "wired", vantage: str | None = No
         col("ip_mf", pl.Boolean), col("ip_frag_offset", pl.Int64), col("tcp_seq", pl.Int64),
         col("tcp_ack", pl.Int64), col("tcp_flags", pl.Int64), col("tcp_len", pl.Int64), col("tcp_hdr_len", pl.Int64),
         col("tcp_tsval", pl.Int64), col("tcp_tsecr", pl.Int64), col("udp_len", pl.Int64),
-        col("wlan_seq", pl.Int64), col("wlan_frag", pl.Int64),
-        (_code("wlan_ta") if "wlan_ta" in cols else pl.lit(None, pl.Int64)).alias("_ta"),
+        # (the MPDU's identity only where its retries are still to be told apart)
+        *([col("wlan_seq", pl.Int64), col("wlan_frag", pl.Int64),
+           (_code("wlan_ta") if "wlan_ta" in cols else pl.lit(None, pl.Int64)).alias("_ta")] if retries else []),
     ).collect()
     del packets, rows     # freed here if the caller holds no other reference to it (`build` does not)
     # A capture's rows come in frame order: sorting them anyway would gather every column into a second
     # copy of the table, the largest allocation of the whole module.
     if not df["frame"].is_sorted():
         df = df.sort("frame")
-    df = df.with_columns(
-        *_flow_numbers(df, per_flow),
-        pl.col("ip_id").fill_null(-1).alias("k_id"), pl.col("tcp_seq").fill_null(-1).alias("k_seq"),
-        pl.col("udp_len").fill_null(-1).cast(pl.Int32).alias("k_ulen"),
-        pl.col("ip_len").fill_null(-1).alias("k_iplen"), pl.col("ip_frag_offset").fill_null(0).cast(pl.Int32).alias("k_off"))
-    if kind == "air" and df.height:
-        # A MAC retry repeats the MPDU (transmitter, sequence, fragment) and its IP identity; 802.11
-        # sequence numbers wrap every 4096 MPDUs, so only a repeat within a short time is a retry.
-        df = df.with_columns(pl.col("_ta").fill_null(-1), pl.col("wlan_seq").fill_null(-1),
-                             pl.col("wlan_frag").fill_null(-1))
-        ident = ["_ta", "wlan_seq", "wlan_frag", *_KEY]
-        df = df.filter(pl.Series(_not_retry(df.select(pl.struct(ident).hash().alias("_mpdu"), "ts_ns"))))
+    df = df.with_columns(*_flow_numbers(df, per_flow), *_key_columns())
+    if retries and df.height:
+        # (rows not in frame order: sorted above, then their retries dropped)
+        df = df.filter(_not_retry_rows(df))
     # (a MAC retry is never a flow's first row: the flows are those of the rows kept)
     flows = per_flow.rename({"ip_src": "src", "ip_dst": "dst"})
     del per_flow

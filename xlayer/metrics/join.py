@@ -97,6 +97,7 @@ dropped before unknown).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -126,7 +127,7 @@ _AIR = list(dict.fromkeys((*NEEDS, *AIRTIME_COLUMNS, "flow")))
 # (an air capture has no Ethernet addresses: read, they would be a million null strings each)
 _AIR_READ = [c for c in _AIR if c not in ("eth_src", "eth_dst")]
 # what `analyse_air` reads of the usable air records after their airtime and match key
-_AIR_KEPT = ("_i", "frame", "ts_ns", "tx_start_ns", "key", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
+_AIR_KEPT = ("_i", "_ra_grp", "frame", "ts_ns", "tx_start_ns", "key", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds",
              "wlan_retry", "wlan_more_frag", "wlan_protected", "wlan_ra", "wlan_ta", "_ra_da", "_ta_sa", "wlan_seq",
              "wlan_frag", "wlan_tid", "wlan_ba_ssn", "wlan_ba_bitmap", "phy_rate_mbps", "ampdu_ref", "ip_src", "ip_dst",
              "ip_id", "ip_len", "flow", "wlan_pn", "wlan_amsdu", "wlan_decrypted", "_mpdu", "_hdr")
@@ -227,8 +228,21 @@ _ATT_KEEP = ("frame", "ts_ns", "tx_start_ns", "direction", "station", "ta", "ra"
 
 
 def _group_addr(col: str) -> pl.Expr:
-    """Return whether a MAC address column is a group (broadcast/multicast) address."""
+    """Return whether a MAC address column (strings) is a group (broadcast/multicast) address."""
     return pl.col(col).str.slice(1, 1).is_in(list("13579bdfBDF"))
+
+
+# The air records' address and flow columns, as categorical codes from `_usable_air` on: 4 bytes a row where a
+# string view took 16 (and a 17-byte address its copy), in every table the analysis and the join build from
+# them (attempts, spaces, MSDU groups, the matched rows); the tables' strings come back only in `conform`.
+# (polars compares, sorts and takes the least of categoricals by their strings: orders and ties are unchanged)
+_AIR_CODED = ("wlan_ra", "wlan_ta", "wlan_sa", "wlan_da", "flow")
+
+
+def _coded(df: pl.DataFrame, cols: Sequence[str]) -> pl.DataFrame:
+    """Return `df` with those of `cols` it holds as strings cast to categorical codes."""
+    cast = [pl.col(c).cast(pl.Categorical) for c in cols if c in df.columns and df.schema[c] in (pl.String, pl.Null)]
+    return df.with_columns(cast) if cast else df
 
 
 def _mac_header_len() -> pl.Expr:
@@ -247,7 +261,9 @@ def _usable_air(air: pl.DataFrame) -> pl.DataFrame:
     # A record malformed past its MAC header still counts as a transmission; its IP fields are used
     # only in a first fragment, whose IP packet goes on in the next fragments ("total length past end").
     usable = air.select((pl.col("wlan_type").is_not_null() & ~pl.col("fcs_bad").fill_null(False)).alias("ok"))
-    air = air.with_row_index("_i")
+    # (whether the RA is a group address is read off its string once: the rest sees its code)
+    air = _coded(air.with_row_index("_i").with_columns(_group_addr("wlan_ra").alias("_ra_grp")),
+                 _AIR_CODED)
     # (nearly always every record is: a filter would copy every column of the capture for nothing)
     if not usable.get_column("ok").all():
         air = air.filter(usable.get_column("ok"))
@@ -281,7 +297,7 @@ def _stations(air: pl.DataFrame) -> pl.DataFrame:
     `_ra_da`, `_ta_sa`: whether the RA is the DA, the TA the SA)."""
     # lazily, each direction's pairs made distinct before they meet: the filters then copy only the columns
     # read, and no table of one row per data frame is built
-    d = air.lazy().filter((pl.col("wlan_type") == 2) & pl.col("ip_src").is_not_null() & ~_group_addr("wlan_ra"))
+    d = air.lazy().filter((pl.col("wlan_type") == 2) & pl.col("ip_src").is_not_null() & ~pl.col("_ra_grp"))
     down = d.filter(pl.col("wlan_from_ds") & ~pl.col("wlan_to_ds") & pl.col("_ra_da")) \
         .select(pl.col("wlan_ra").alias("station"), pl.col("ip_dst").alias("ip")).unique()
     up = d.filter(pl.col("wlan_to_ds") & ~pl.col("wlan_from_ds") & pl.col("_ta_sa")) \
@@ -305,7 +321,7 @@ def _attempts(air: pl.DataFrame) -> pl.DataFrame:
     # lazily: the filter then copies only the columns selected, not every column of the air records
     d = air.lazy().filter((pl.col("wlan_type") == 2) & ((pl.col("wlan_subtype").cast(pl.Int32) & 4) == 0)
                           & pl.col("wlan_seq").is_not_null() & pl.col("wlan_ra").is_not_null()
-                          & pl.col("wlan_ta").is_not_null() & ~_group_addr("wlan_ra"))
+                          & pl.col("wlan_ta").is_not_null() & ~pl.col("_ra_grp"))
     down = pl.col("wlan_from_ds") & ~pl.col("wlan_to_ds")
     up = pl.col("wlan_to_ds") & ~pl.col("wlan_from_ds")
     d = d.select(
@@ -461,7 +477,7 @@ def _confirm(air: pl.DataFrame, att: pl.DataFrame, ba: pl.DataFrame | None = Non
 
 def _seq_spaces(air: pl.DataFrame) -> pl.DataFrame:
     """Return one row per distinct sequence number seen per space: space, ta, ra, useq, holes (missed before it)."""
-    qos = (pl.col("wlan_type") == 2) & ((pl.col("wlan_subtype").cast(pl.Int32) & 8) != 0) & ~_group_addr("wlan_ra")
+    qos = (pl.col("wlan_type") == 2) & ((pl.col("wlan_subtype").cast(pl.Int32) & 8) != 0) & ~pl.col("_ra_grp")
     s = air.lazy().filter(pl.col("wlan_seq").is_not_null() & pl.col("wlan_ta").is_not_null()
                           & pl.col("wlan_type").is_in([0, 2])).select(
         "_i", "ts_ns", pl.col("wlan_ta").alias("ta"),
@@ -544,7 +560,9 @@ def _capture_loss(file: str, space: pl.DataFrame, orphans: pl.DataFrame, ba_miss
 
 def analyse_air(air: pl.DataFrame, file: str) -> dict[str, pl.DataFrame]:
     """Return one air capture's attempts (with gid, useq, confirmation), MSDU groups, stations and capture loss."""
-    return _analyse_usable(_usable_air(air), file)
+    # (its tables with strings, as the join's inputs from the wired side have them: the codes are the join's own)
+    return {k: v.with_columns(pl.col(pl.Categorical).cast(pl.String))
+            for k, v in _analyse_usable(_usable_air(air), file).items()}
 
 
 def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[str, pl.DataFrame]:
@@ -951,6 +969,8 @@ def learn_protected(wired: pl.DataFrame, groups: pl.DataFrame, known: pl.DataFra
     g = groups.filter(pl.col("_nokey") & pl.col("direction").is_in(["down", "up"]))
     if g.height == 0 or wired.height == 0:
         return empty
+    # (the few keyless groups' codes back to strings: they meet the wired side's Ethernet addresses)
+    g = g.with_columns(pl.col(pl.Categorical).cast(pl.String))
     stas = g.select("station").unique().sort("station")
     nw = _length_counts(wired)
     tot = nw.group_by("ip").agg(pl.col("nw").sum().alias("tot"))
@@ -1508,6 +1528,8 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
     # keyless stations: their IPs (bridged Ethernet addresses, else lengths) and cipher overheads
     if airs:
         learnt, oh = learn_protected(wired, pl.concat([a["groups"] for _, a in airs], how="diagonal_relaxed"), ip_sta)
+        # (coded as the air's stations are: they are joined to the groups' and the packets')
+        learnt, oh = _coded(learnt, ["station"]), _coded(oh, ["station"])
         ip_sta = pl.concat([ip_sta, learnt.select("station", "ip")])
         for _, a in airs:
             # (the station alone goes through the join, not a copy of every group column; what only the
@@ -1516,7 +1538,8 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
                 _protected_len(pl.col("_oh").fill_null(CIPHER_OVERHEADS["ccmp"])).alias("_plen")).drop(
                 "_oh", "_body", "_whole", "_amsdu", "pn")
         del learnt, oh
-    wired = wired.drop([c for c in ("eth_src", "eth_dst") if c in wired.columns])
+    # the wired rows' strings as codes too: a packet's flow meets the air groups' flows
+    wired = _coded(wired.drop([c for c in ("eth_src", "eth_dst") if c in wired.columns]), ["capture_file", "flow"])
     down_w = wired.join(ip_sta.rename({"ip": "ip_dst"}), on="ip_dst", how="inner")
     up_w = wired.join(ip_sta.rename({"ip": "ip_src"}), on="ip_src", how="inner").join(
         down_w.select("_w"), on="_w", how="anti")

@@ -356,9 +356,12 @@ def _kernel_args(t: pl.DataFrame, order: pl.Series) -> tuple[np.ndarray, ...]:
 
 
 def _from_kernel(name: str, values: np.ndarray) -> pl.Series:
-    """Return an int64 column of the kernel as a Series, `_NUL` as null."""
-    s = pl.Series(name, values)
-    return s if name in _K_NOT_NULL else s.to_frame().select(pl.when(pl.col(name) != _NUL).then(pl.col(name))).to_series()
+    """Return an int64 column of the kernel as a Series of its own memory, `_NUL` as null."""
+    if name in _K_NOT_NULL:
+        # copied: a Series made from a row of the kernel's 2-D output shares its buffer, and would hold the
+        # whole output (some 20 columns) alive as long as the rows' table (the stage's largest allocation)
+        return pl.Series(name, values.copy())
+    return pl.Series(name, values).to_frame().select(pl.when(pl.col(name) != _NUL).then(pl.col(name))).to_series()
 
 
 def _state_kernel(t: pl.DataFrame, order: pl.Series) -> pl.DataFrame:
