@@ -11,8 +11,9 @@ the one the seed draws.  `--encrypt PASSPHRASE` simulates WPA2-protected runs, `
 and analyses them with `--wpa-pwd PASSPHRASE:SSID`; the passphrase is never printed.)
 
 - the confusion matrix: per truth primary cause (or "none" for a run without cause), the cause ranked
-  first by the incident covering most of its window (at least truthcheck's half), "none" if no
-  incident does; on a run without cause, one count per incident (or one "none" if there is none);
+  first by the incident that covers at least truthcheck's half of its window and matches it best
+  (window IoU), "none" if no incident does; on a run without cause, one count per incident (or one
+  "none" if there is none);
 - per-cause precision and recall from that matrix;
 - the share of truth events found (truthcheck: an incident covering half the window ranks the
   event's cause first), incidents on runs without an injected cause, the median window IoU (truth
@@ -223,15 +224,18 @@ def score(seed: int, bundle: Path, an_json: dict) -> dict[str, Any]:
     pairs, ious, root_errors = [], [], []
     for c in prim:
         s, e = c["start_ts"], c["end_ts"]
-        best, cover = None, 0.0
+        best, match = None, (0.0, 0.0)
         iou_best = 0.0
         for inc in incs:
             a, b = inc.start_ns / 1e9, inc.end_ns / 1e9
             ov = _overlap(a, b, s, e)
             cv = ov / max(e - s, 1e-9)
-            if inc.findings and cv >= MIN_COVER and cv > cover:
-                best, cover = inc, cv
-            iou_best = max(iou_best, ov / max(max(b, e) - min(a, s), 1e-9))
+            iou = ov / max(max(b, e) - min(a, s), 1e-9)
+            # the incident that covers the event and matches its extent best (a whole-run condition
+            # covers a nested event as fully as the event's own incident does)
+            if inc.findings and cv >= MIN_COVER and (iou, cv) > match:
+                best, match = inc, (iou, cv)
+            iou_best = max(iou_best, iou)
         ious.append(iou_best)
         first = best.cause if best is not None else NONE
         pairs.append((c["cause"], first))

@@ -357,11 +357,14 @@ def _split(load_in: float, load_out: float, svc_in: float, svc_out: float) -> de
 def test_a_longer_queue_of_slower_work_follows_the_delay_maker_found_not_a_longer_queue_of_the_same():
     from xlayer.attribution.causality import _strongest_maker
 
-    found = [CauseFinding("spurious_rto", 0.9, ""), CauseFinding("mac_retries", 0.3, ""),
-             CauseFinding("rts_overhead", 0.6, "")]
-    assert _strongest_maker(_split(300, 100, 0.9, 0.5), found) == ("rts_overhead", "load")
-    assert _strongest_maker(_split(300, 100, 0.52, 0.5), found) is None      # same work: more packets ahead
-    assert _strongest_maker(_split(300, 100, 0.9, 0.5), found[:1]) is None   # nothing found that makes delay
+    found = [CauseFinding("spurious_rto", 0.9, ""), CauseFinding("mac_retries", 0.3, "", stations=["A"]),
+             CauseFinding("rts_overhead", 0.6, "", stations=["B"])]
+    assert _strongest_maker(_split(300, 100, 0.9, 0.5), found, ["A"]) == ("rts_overhead", "load")
+    assert _strongest_maker(_split(300, 100, 0.52, 0.5), found, ["C"]) is None      # same work: more packets ahead
+    assert _strongest_maker(_split(300, 100, 0.9, 0.5), found[:1], ["A"]) is None   # nothing found that makes delay
+    # the same work per packet, but a standing queue tipped over the RTO: the maker acting on the late
+    # packets' own station is the root
+    assert _strongest_maker(_split(300, 100, 0.52, 0.5), found, ["A"]) == ("mac_retries", "load")
 
 
 def test_slow_start_is_waited_out_for_as_many_round_trips_as_it_takes():

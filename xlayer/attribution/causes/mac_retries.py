@@ -140,6 +140,15 @@ def _conf(rf: float, rf_out: float | None, kind: str) -> float:
     return conf
 
 
+def _burst_conf(worst: float, base: float) -> float:
+    """Return the confidence of a burst: its worst run's retry fraction `worst` against what steady
+    runs reach, `base`, by its excess (as `_conf` counts a fraction above 5 %) and its ratio.
+
+    Retries cluster (one collision retries two frames, and the contention window it doubles delays
+    the next), so steady runs stray above the binomial law: only an excess a drop could feel counts."""
+    return clip01((worst - base) / 0.3) * 0.8 * clip01((worst / base - 1.0) / 2.0 if base > 0 else 1.0)
+
+
 def _weak_link_factor(ctx: Context, w: Window, att: pl.DataFrame | None = None, out: pl.DataFrame | None = None,
                       stations: list[str] | None = None) -> float:
     """Return 0.5 when the window's stations' PHY rate or signal fell (retries are the weak link's
@@ -181,24 +190,32 @@ def _steps(att: pl.DataFrame, n: int) -> pl.Series:
     return r.rolling_mean(n).drop_nulls().rename("rf")
 
 
+BURST_SPREAD_RUNS = 5                     # disjoint runs in the window before their own spread counts
+
+
 def _burst(mine: pl.DataFrame, theirs: pl.DataFrame, n: int) -> tuple[float, float] | None:
     """Return (worst run of `n` transmissions in the window, its baseline), None when the window holds no run.
 
     The worst of many runs is higher than the worst of few by chance alone, so the baseline is what
-    the worst of the window's k disjoint runs reaches in steady traffic: the quantile 1 - 1/(k + 1)
-    of the runs outside the drops, and at least that quantile of the binomial runs of the station's
-    usual fraction (normal approximation; a short outside holds too few runs to show its own extremes).
-    The usual fraction is the one outside the drops, or with too little outside, the window's own."""
+    the worst of the window's k disjoint runs reaches in steady traffic (q = 1 - 1/(k + 1)), the
+    highest of: the runs outside the drops at quantile q; the binomial runs of the station's fraction
+    (outside and in the window together) at q; and, with BURST_SPREAD_RUNS disjoint runs or more in
+    the window, their median plus the normal q-quantile of their robust spread (retries cluster, so
+    steady runs stray further than the binomial law; a burst stands out of its own window's runs)."""
     inside, outside = _steps(mine, n), _steps(theirs, n)
     if inside.len() == 0:
         return None
     k = max(1.0, mine.height / n)
-    q = 1.0 - 1.0 / (k + 1.0)
-    usual = theirs if theirs.height >= n else mine
-    p = float(usual["retry"].cast(pl.Float64).fill_null(0.0).mean())
-    base = p + NormalDist().inv_cdf(q) * (p * (1.0 - p) / n) ** 0.5
+    z = NormalDist().inv_cdf(1.0 - 1.0 / (k + 1.0))
+    both = pl.concat([mine.select("retry"), theirs.select("retry")])["retry"].cast(pl.Float64).fill_null(0.0)
+    p = float(both.mean())
+    base = p + z * (p * (1.0 - p) / n) ** 0.5
     if outside.len():
-        base = max(base, float(outside.quantile(q, "higher")))
+        base = max(base, float(outside.quantile(1.0 - 1.0 / (k + 1.0), "higher")))
+    runs = inside.gather_every(n)
+    if runs.len() >= BURST_SPREAD_RUNS:
+        med = float(runs.median())
+        base = max(base, med + z * 1.4826 * float((runs - med).abs().median()))
     return float(inside.max()), base
 
 
@@ -238,7 +255,7 @@ def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
         if b is not None:
             bursts[st] = b[0]
             runs[st] = n_run
-            c = max(c, _conf(b[0], b[1], "drop") * weak)     # a burst is one against its baseline, in any window
+            c = max(c, _burst_conf(*b) * weak)     # a burst is one against its baseline, in any window
         conf = max(conf, c)
     if conf < MIN_CONF:
         return None
