@@ -144,6 +144,7 @@ def _score(ctx: Context, mods: list, w: Window) -> list[CauseFinding]:
             f.confidence *= 0.5 + 0.5 * touched
         if f.confidence >= MIN_CONFIDENCE:
             found.append(f)
+        ctx.release()
     # An event window is the event's consequence: the cause that saw the event ranks first
     # (a station that lost its association also shows falling rates and retries after it).  A
     # condition's window is the span it held: its cause ranks first there, and what else changed
@@ -232,6 +233,7 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
         if hasattr(m, "propose"):
             say(f"conditions: {m.NAME}")
             proposed += m.propose(ctx)
+            ctx.release()
     if span is not None:
         proposed = [w for w in proposed if w.end_ns > span[0] and w.start_ns < span[1]]
     events = [w for w in proposed if w.kind == "event"]
@@ -241,6 +243,7 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
     scored = _join_same_root([(w, _score(ctx, mods, w)) for w in windows], lambda w: _score(ctx, mods, w),
                              int(cfg.merge_gap_s * NS))
     scored = _with_episodes(ctx, scored)
+    ctx.release()
     incidents = []
     shared: list[str] = []
     for w, found in scored:

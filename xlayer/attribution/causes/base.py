@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -57,6 +58,16 @@ class Context:
                 self._cache[key] = self.tl.table(name, columns=_kept(self.tl.table_columns(name)))
         return self._cache[key]
 
+    def release(self) -> None:
+        """Drop the tables read so far (each is read again when next asked for); what was computed from them stays.
+
+        A spilled table is mapped, and every page of it a cause touched counts in the process's RSS for as
+        long as the table is held: kept for the whole analysis, the pages each cause read add up (on a
+        1 M-frame bundle, 530 MB of mapped pages by the end of the proposals).  Mapping it again costs
+        its file's footer, and the pages come back from the page cache."""
+        for key in [k for k in self._cache if k.startswith("table:")]:
+            del self._cache[key]
+
     def _sorted(self, name: str, col: str) -> bool:
         """Return whether a table's `col` ascends with no null (its time windows are then slices)."""
         key = f"sorted:{name}:{col}"
@@ -79,13 +90,19 @@ class Context:
             return df.slice(lo, hi - lo)
         return df.filter((pl.col(col) >= start_ns) & (pl.col(col) < end_ns))
 
-    def outside(self, name: str, col: str = "ts_ns") -> pl.DataFrame:
-        """Return the rows of a table outside every drop window (the steady state to compare with)."""
+    def outside(self, name: str, col: str = "ts_ns", columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """Return the rows of a table outside every drop window (the steady state to compare with), only
+        `columns` (in the table's order) if given."""
         df = self.table(name)
+        keep = None if columns is None else [c for c in df.columns if c in set(columns)]
         if not self.quiet:
-            return df
+            return df if keep is None else df.select(keep)
         # one filter (one copy of the rows kept), not one per window
-        return df.filter(pl.all_horizontal([(pl.col(col) < s) | (pl.col(col) >= e) for s, e in self.quiet]))
+        quiet = pl.all_horizontal([(pl.col(col) < s) | (pl.col(col) >= e) for s, e in self.quiet])
+        if keep is None:
+            return df.filter(quiet)
+        # lazily: only the columns asked for are copied (of `attempts`, a few of the sixteen it keeps)
+        return df.lazy().filter(quiet).select(keep).collect()
 
     @property
     def span(self) -> tuple[int, int]:

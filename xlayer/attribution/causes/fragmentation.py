@@ -37,7 +37,7 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
         return None
     conf = clip01((fpm - 1.2) / 1.0) * 0.9
     if w.kind == "drop":
-        out = ctx.outside("attempts")
+        out = ctx.outside("attempts", columns=("station", "ta", "mac_seq", "frag"))
         if w.stations:
             out = out.filter(pl.col("station").is_in(w.stations))
         fpm_out, _, msdus_out = _fpm(out) if out.height else (0.0, 0, 0)

@@ -33,13 +33,23 @@ MIN_SILENCE_NS = NS
 
 def _lost(ctx: Context) -> list[dict]:
     """Return stations that fell silent while the AP still sent to them: {station, ts_ns, frame, file, unanswered}."""
+    if "handoff:lost" not in ctx._cache:
+        # asked by `propose` and again by `score` in every window: one pass over the air frames
+        ctx._cache["handoff:lost"] = _find_lost(ctx)
+    return ctx._cache["handoff:lost"]
+
+
+def _find_lost(ctx: Context) -> list[dict]:
     out = []
     att = ctx.table("attempts")
     end = ctx.span[1]
     af = ctx.table("air_frames")
     for file in af["capture_file"].unique(maintain_order=True).to_list():
-        p = af.filter(pl.col("capture_file") == file)
-        a = att.filter(pl.col("capture_file") == file) if att.height else att
+        # a capture's rows copied with only the columns read below (not every column the analysis keeps)
+        p = af.lazy().filter(pl.col("capture_file") == file).select(
+            "ts_ns", "frame", "wlan_ta", "wlan_ra", "wlan_type", "wlan_subtype").collect()
+        a = att.lazy().filter(pl.col("capture_file") == file).select(
+            "ts_ns", "station", "direction", "acked_by", "ack_frame").collect() if att.height else att
         if a.height == 0:
             continue
         for st in a["station"].drop_nulls().unique().to_list():
@@ -83,11 +93,12 @@ def _bss_sequence(ctx: Context) -> pl.DataFrame:
         # AP's unanswered retries to a station that already left, or the station's to an AP that no
         # longer hears it, prove nothing (they would end its time with the old AP late, or look like
         # a roam back).
-        parts.append(att.filter(pl.col("direction").is_in(["down", "up"]) & pl.col("acked").fill_null(False)
-                                & pl.col("station").is_not_null()).select(
+        # lazily: only the columns selected are copied for the rows kept, not every column the analysis keeps
+        parts.append(att.lazy().filter(pl.col("direction").is_in(["down", "up"]) & pl.col("acked").fill_null(False)
+                                       & pl.col("station").is_not_null()).select(
             "station", "ts_ns", "capture_file", "frame",
             pl.when(pl.col("direction") == "down").then(pl.col("ta")).otherwise(pl.col("ra")).alias("ap"),
-            pl.lit(True).alias("data")))
+            pl.lit(True).alias("data")).collect())
     me = ctx.table("mgmt_events")
     if me.height:
         parts.append(me.filter(pl.col("event").is_in(["assoc_resp", "reassoc_resp"]) & (pl.col("status") == 0)

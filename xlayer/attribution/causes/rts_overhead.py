@@ -75,8 +75,10 @@ def _ratio(ctx: Context, start: int, end: int, stations: list[str]) -> tuple[flo
 
 def _ratio_outside(ctx: Context, stations: list[str]) -> float | None:
     """Return RTS per data transmission of the stations outside the drop windows (None: too few)."""
-    att = ctx.outside("attempts")
-    rts = ctx.outside("air_frames").filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 11))
+    # only what `ppdus` and the station filters read: outside copies the rows it keeps
+    att = ctx.outside("attempts", columns=("station", "capture_file", "ampdu_ref"))
+    rts = ctx.outside("air_frames", columns=("wlan_type", "wlan_subtype", "wlan_ta", "wlan_ra")).filter(
+        (pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 11))
     if stations:
         att = att.filter(pl.col("station").is_in(stations))
         rts = rts.filter(pl.col("wlan_ta").is_in(stations) | pl.col("wlan_ra").is_in(stations))
