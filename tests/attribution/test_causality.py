@@ -110,11 +110,11 @@ class _Ctx:
         df = self.tables[name]
         return df.filter((pl.col(col) >= s) & (pl.col(col) < e))
 
-    def outside(self, name: str, col: str = "ts_ns") -> pl.DataFrame:
+    def outside(self, name: str, col: str = "ts_ns", columns: tuple[str, ...] | None = None) -> pl.DataFrame:
         df = self.tables[name]
         for s, e in self.quiet:
             df = df.filter((pl.col(col) < s) | (pl.col(col) >= e))
-        return df
+        return df if columns is None else df.select([c for c in df.columns if c in columns])
 
     def flows_of(self, stations: list[str]) -> list[str]:
         return sorted(set(self.tables["downlink"].filter(pl.col("station").is_in(stations))["flow"].to_list()))

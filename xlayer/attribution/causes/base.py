@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ast
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -56,6 +56,13 @@ class Context:
                 self._cache[key] = df.select(_kept(df.columns))
             else:
                 self._cache[key] = self.tl.table(name, columns=_kept(self.tl.table_columns(name)))
+        return self._cache[key]
+
+    def memo(self, key: str, make: Callable[[], Any]) -> Any:
+        """Return what `make()` returned the first time `key` was asked for in this analysis (kept
+        across `release`: a cause's whole-bundle result, worked out once for its proposal and every window)."""
+        if key not in self._cache:
+            self._cache[key] = make()
         return self._cache[key]
 
     def release(self) -> None:

@@ -33,10 +33,8 @@ MIN_SILENCE_NS = NS
 
 def _lost(ctx: Context) -> list[dict]:
     """Return stations that fell silent while the AP still sent to them: {station, ts_ns, frame, file, unanswered}."""
-    if "handoff:lost" not in ctx._cache:
-        # asked by `propose` and again by `score` in every window: one pass over the air frames
-        ctx._cache["handoff:lost"] = _find_lost(ctx)
-    return ctx._cache["handoff:lost"]
+    # asked by `propose` and again by `score` in every window: one pass over the air frames
+    return ctx.memo("handoff:lost", lambda: _find_lost(ctx))
 
 
 def _find_lost(ctx: Context) -> list[dict]:
@@ -114,9 +112,7 @@ def roams(ctx: Context) -> list[dict]:
     """Return every roam (module docstring), in time order: station, from/to BSSID, the last data frame with
     the old AP and the first with the new one (ts, capture file, frame; first: null if none was seen) and
     gap_ns (null without data with the new AP); `losses` adds the rest."""
-    if "handoff:roams" not in ctx._cache:
-        ctx._cache["handoff:roams"] = _roams(ctx)
-    return ctx._cache["handoff:roams"]
+    return ctx.memo("handoff:roams", lambda: _roams(ctx))
 
 
 def _roams(ctx: Context) -> list[dict]:

@@ -28,7 +28,6 @@ import polars as pl
 
 from xlayer.attribution.causes import episodes
 from xlayer.attribution.causes.base import NS, Context, Window, clip01, frames
-from xlayer.attribution.causes.delaysplit import WEAK_SIGNAL_DB
 from xlayer.attribution.incidents import CauseFinding
 
 NAME = "rate_change"
@@ -45,23 +44,18 @@ def _wrate(df: pl.DataFrame) -> float | None:
     return float((d["phy_rate_mbps"] * d["data_frames"]).sum() / d["data_frames"].sum())
 
 
-def _hrate(att: pl.DataFrame) -> float | None:
-    """Return the effective PHY rate (Mbit/s) of downlink transmissions: their count over their summed
-    inverse rates, the rate at which their airtime would carry them all (None: none)."""
-    r = att.filter((pl.col("direction") == "down") & (pl.col("rate_mbps") > 0))["rate_mbps"]
-    return float(r.len() / (1.0 / r).sum()) if r.len() else None
+def _effective() -> pl.Expr:
+    """Return the effective PHY rate (Mbit/s) of the transmissions aggregated: their count over their
+    summed inverse rates, the rate at which their airtime would carry them all."""
+    return (pl.len() / (1.0 / pl.col("rate_mbps")).sum()).alias("rate")
 
 
-def _station_rates(ctx: Context, w: Window, st: str, inside: pl.DataFrame,
-                   out: pl.DataFrame) -> tuple[float | None, float | None]:
-    """Return the station's effective downlink rate in the window and outside every drop (`_hrate`),
-    or the station series' frame-weighted means where no transmission says."""
-    mine = pl.col("station") == st
-    r_in = _hrate(ctx.between("attempts", w.start_ns, w.end_ns).filter(mine))
-    r_out = _hrate(ctx.outside("attempts").filter(mine))
-    if r_in is None or not r_out:
-        return _wrate(inside), _wrate(out)
-    return r_in, r_out
+_DOWN = (pl.col("direction") == "down") & (pl.col("rate_mbps") > 0)
+
+
+def _effective_rates(att: pl.DataFrame) -> dict[str, float]:
+    """Return per station the effective rate (`_effective`) of its downlink transmissions in `att`."""
+    return dict(att.filter(_DOWN & pl.col("station").is_not_null()).group_by("station").agg(_effective()).iter_rows())
 
 
 def _wretry(df: pl.DataFrame) -> float | None:
@@ -89,11 +83,16 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     """Return the evidence of a PHY rate fall for the window's stations."""
     ss = ctx.between("station_series", w.start_ns, w.end_ns, col="bin_start_ns")
     out_all = ctx.outside("station_series", col="bin_start_ns")
+    # the effective rates from the transmissions, else the station series' frame-weighted means
+    eff_in = _effective_rates(ctx.between("attempts", w.start_ns, w.end_ns))
+    eff_out = _effective_rates(ctx.outside("attempts", columns=("station", "direction", "rate_mbps")))
     best = None
     for st in (w.stations or ss["station"].unique().to_list()):
         inside = ss.filter(pl.col("station") == st)
         out = out_all.filter(pl.col("station") == st)
-        r_in, r_out = _station_rates(ctx, w, st, inside, out)
+        r_in, r_out = eff_in.get(st), eff_out.get(st)
+        if r_in is None or not r_out:
+            r_in, r_out = _wrate(inside), _wrate(out)
         if r_in is None or not r_out:
             continue
         ratio = r_in / r_out
@@ -151,16 +150,15 @@ EPISODE_MIN_FRAMES = 10    # a step's rate counts from this many of the station'
 def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
     """Return (start_ns, end_ns) of the run of steps around the drop in which the finding's station's
     downlink frames went below FALL_RATIO of its usual rate (the finding's rate outside the drops;
-    each step's effective rate, `_hrate`),
+    each step's effective rate, `_effective`),
     or None when no step inside the drop did."""
     usual = f.numbers.get("rate_outside_mbps")
     if not f.stations or not usual:
         return None
     lo, hi = w.start_ns - episodes.MAX_NS, w.end_ns + episodes.MAX_NS
-    att = ctx.between("attempts", lo, hi).filter((pl.col("station") == f.stations[0]) & (pl.col("direction") == "down")
-                                                 & (pl.col("rate_mbps") > 0))
+    att = ctx.between("attempts", lo, hi).filter((pl.col("station") == f.stations[0]) & _DOWN)
     steps = (att.group_by(((pl.col("ts_ns") - lo) // episodes.STEP_NS).alias("k"))
-             .agg(pl.len().alias("n"), (pl.len() / (1.0 / pl.col("rate_mbps")).sum()).alias("rate")))
+             .agg(pl.len().alias("n"), _effective()))
     nsteps = int((hi - lo) // episodes.STEP_NS) + 1
     state = [0] * nsteps          # 1 fallen, -1 not, 0 too few frames to say (a station gone quiet)
     for k, n, rate in steps.iter_rows():
