@@ -283,6 +283,27 @@ def test_rate_adaptation_answering_retries_on_a_steady_signal_follows_them():
     assert [f.cause for f in got] == ["rate_change", "mac_retries"] and got[0].explained_by is None
 
 
+@pytest.mark.parametrize(("kind", "proposer", "whole"), [
+    ("sustained", "fragmentation", True),        # its own span: the condition is the story
+    ("sustained", "performance_anomaly", False),  # a slow station's span inside a run fragmented throughout
+    ("drop", None, False),                        # a drop: fragmented as much before it
+])
+def test_a_whole_run_condition_explains_another_causes_span_only_by_how_much_it_rose(kind, proposer, whole):
+    from xlayer.attribution.causes import fragmentation
+
+    # the AP sends every packet as 3 fragments from 4 s to 16 s; the window 10-12 s is quiet (a drop's)
+    rows = [{"ts_ns": t, "station": "A", "ta": "ap", "mac_seq": (t // (6 * MS)) % 4096, "frag": (t // (2 * MS)) % 3,
+             "capture_file": "s.pcap", "frame": i} for i, t in enumerate(range(4_000 * MS, 16_000 * MS, 2 * MS))]
+    ctx = _Ctx(_line(_steady(8_000, 12_000)), quiet=[(10_000 * MS, 12_000 * MS)])
+    ctx.tables["attempts"] = pl.DataFrame(rows)
+    w = Window(10_000 * MS, 12_000 * MS, ["f"], ["A"], kind, proposer)
+    f = fragmentation.score(ctx, w)
+    if whole:
+        assert f is not None and f.confidence > 0.7 and f.numbers["fragments_per_msdu"] == pytest.approx(3.0, abs=0.01)
+    else:
+        assert f is None or f.confidence < 0.05
+
+
 def _spread(slow_every: int | None, t0: int, t1: int) -> list[dict]:
     """Return A's downlink transmissions every 2 ms in [t0, t1) at 54 Mbit/s, every `slow_every`-th at 6."""
     return [{"ts_ns": t, "station": "A", "direction": "down", "capture_file": "s.pcap",

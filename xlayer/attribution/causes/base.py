@@ -191,15 +191,23 @@ def clip01(x: float) -> float:
     return 0.0 if x != x else max(0.0, min(1.0, float(x)))
 
 
-def rose(w: Window, inside: float, outside: float | None, ramp: float) -> float:
-    """Return how far a level rose in a drop window against outside the drops, as a factor in [0, 1]
-    (`ramp`: the rise that counts fully); 1 for conditions and events, or with nothing outside.
+def rose(w: Window, inside: float, outside: float | None, ramp: float, own: str | None = None) -> float:
+    """Return how far a level rose in a window against outside the drops, as a factor in [0, 1]
+    (`ramp`: the rise that counts fully); 1 for events, for the condition's own span (a sustained
+    window proposed by the cause `own`, or by none), or with nothing outside.
 
     A drop is a fall from the steady state: a condition at the same level outside it was part of that
-    state and does not explain the fall."""
-    if w.kind != "drop" or outside is None:
+    state and does not explain the fall.  A span another cause proposed (a slow station's, a walk's)
+    is a change of its own, and a whole-run condition that held as much before it explains it no more."""
+    if not must_rise(w, own) or outside is None:
         return 1.0
     return clip01((inside - outside) / ramp)
+
+
+def must_rise(w: Window, own: str | None = None) -> bool:
+    """Return whether a condition found in `w` must have risen there to explain it (`rose`): not in
+    an event, nor in a sustained span proposed by the condition `own` itself (or by none)."""
+    return not (w.kind == "event" or (w.kind == "sustained" and w.proposer in (None, own)))
 
 
 def frames(df: pl.DataFrame, what: str, n: int = 3, file_col: str = "capture_file",

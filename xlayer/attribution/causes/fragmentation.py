@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from xlayer.attribution.causes import delaysplit
-from xlayer.attribution.causes.base import Context, Window, clip01, frames, rose
+from xlayer.attribution.causes.base import Context, Window, clip01, frames, must_rise, rose
 from xlayer.attribution.incidents import CauseFinding
 
 NAME = "fragmentation"
@@ -36,12 +36,13 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     if msdus < MIN_MSDUS:
         return None
     conf = clip01((fpm - 1.2) / 1.0) * 0.9
-    if w.kind == "drop":
+    if must_rise(w, NAME):
+        # a drop, or a span another cause proposed: the condition explains it only by how much it rose there
         out = ctx.outside("attempts", columns=("station", "ta", "mac_seq", "frag"))
         if w.stations:
             out = out.filter(pl.col("station").is_in(w.stations))
         fpm_out, _, msdus_out = _fpm(out) if out.height else (0.0, 0, 0)
-        conf *= rose(w, fpm, fpm_out if msdus_out >= MIN_MSDUS else None, 1.0)
+        conf *= rose(w, fpm, fpm_out if msdus_out >= MIN_MSDUS else None, 1.0, NAME)
     if conf < 0.05:
         return None
     fr = att.filter(pl.col("frag") > 0)

@@ -94,7 +94,8 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     out = _ratio_outside(ctx, w.stations)
     # RTS past one per data transmission are RTS sent again (no CTS came back): retries of a weak
     # link, not more protection; the protected share is at most all of them
-    conf = clip01((ratio - 0.2) / 0.5) * 0.8 * rose(w, min(ratio, 1.0), None if out is None else min(out, 1.0), 0.5)
+    conf = clip01((ratio - 0.2) / 0.5) * 0.8 * rose(w, min(ratio, 1.0), None if out is None else min(out, 1.0), 0.5,
+                                                          NAME)
     if conf < 0.05:
         return None
     ctl_air = float(rts["airtime_ns"].fill_null(0).sum() + (cts["airtime_ns"].fill_null(0).sum() if cts.height else 0))
