@@ -444,6 +444,20 @@ def test_a_flood_to_the_slow_station_is_the_root_of_its_anomaly_and_tcp_overflow
     assert [f.explained_by for f in got] == [None, None]
 
 
+def test_the_slow_stations_retries_follow_its_anomaly_below_the_flood_that_made_it():
+    from xlayer.attribution.causality import _after_weak_link, _queue_and_slow_station
+
+    # a UDP flood to the far station S fills the queue; S's lossy link retries most of its frames (the
+    # most confident finding), and without S's frames the window's retries are not above usual
+    flood = [{"flow": "udp x", "station": "S", "offered_bps": 5e6, "station_delivered_bps": 1e6}]
+    mr = CauseFinding("mac_retries", 0.95, "S's frames were retried", stations=["S"])
+    ctx = _Ctx(_line(_steady(8_000, 12_000)), quiet=QUIET)
+    got = _after_weak_link(ctx, W, _queue_and_slow_station([mr, _qo(flood), _pa()]))
+    assert [f.cause for f in got] == ["ap_queue_overflow", "performance_anomaly", "mac_retries"]
+    assert [f.explained_by for f in got] == [None, "ap_queue_overflow", "performance_anomaly"]
+    assert "weak link" in got[2].because
+
+
 def test_a_drop_inside_a_condition_that_held_before_it_is_its_own_window():
     from xlayer.attribution.analyze import _merge
 

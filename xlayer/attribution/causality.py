@@ -137,8 +137,7 @@ def _after_rate_change(found: list[CauseFinding]) -> list[CauseFinding]:
     if rc is None:
         return found
     if rc.numbers.get("answering_retries"):
-        mr = next((f for f in found if f.cause == mac_retries.NAME and f.explained_by is None
-                   and set(f.stations) & set(rc.stations)), None)
+        mr = next((f for f in found if f.cause == mac_retries.NAME and set(f.stations) & set(rc.stations)), None)
         if mr is None or rc.explained_by is not None:
             return found
         return _pair(found, mr, rc, f"rate_change because rate adaptation stepped down answering the MAC "
@@ -172,16 +171,26 @@ def _after_weak_link(ctx: Context, w: Window, found: list[CauseFinding]) -> list
     """Return the findings with `mac_retries` after the performance anomaly when the window's retries
     are the slow station's (without its frames they make no finding, or one under OWN_FINDING_SHARE
     of it: a burst or two of the others' frames colliding on a busy air): a weak link's low rate and
-    lost frames are one condition, and what the other stations lose is its air, retries included."""
-    pa = next((f for f in found if f.cause == performance_anomaly.NAME and f.explained_by is None), None)
+    lost frames are one condition, and what the other stations lose is its air, retries included.
+    When the anomaly itself follows another root (an unresponsive stream to the slow station kept the
+    queue full), the retries follow the anomaly, below that root."""
+    pa = next((f for f in found if f.cause == performance_anomaly.NAME), None)
     mr = next((f for f in found if f.cause == mac_retries.NAME and f.explained_by is None), None)
     slow = _slow_station(pa) if pa is not None else None
     if mr is None or slow is None:
         return found
     if mac_retries.without(ctx, w, slow) >= max(mac_retries.MIN_CONF, OWN_FINDING_SHARE * mr.confidence):
         return found            # the other stations' retries are a finding of their own
-    return _pair(found, pa, mr, f"mac_retries because {slow} is on a weak link: without its frames the window's "
-                                f"retries are not above usual; {pa.summary}")
+    because = (f"mac_retries because {slow} is on a weak link: without its frames the window's retries are not "
+               f"above usual; {pa.summary}")
+    if pa.explained_by is None:
+        return _pair(found, pa, mr, because)
+    # the anomaly is itself a consequence (a flood to the slow station filled the queue): its station's
+    # retries follow it, below its own root
+    mr.explained_by, mr.because = pa.cause, because
+    rest = [f for f in found if f is not mr]
+    at = rest.index(pa) + 1
+    return rest[:at] + [mr] + rest[at:]
 
 
 def _pair(found: list[CauseFinding], root: CauseFinding, cons: CauseFinding, because: str) -> list[CauseFinding]:
