@@ -337,7 +337,8 @@ def test_sim_delay_spike(tmp_path):
     assert s["rto_expirations"] > 0 and s["spurious_retransmissions"] > 0
     assert s["ap_queue_drops"] == 0 and s["retry_limit_drops"] == 0
     assert all(r["spurious"] for r in truth["tcp"]["rto_expirations"])
-    assert {c["cause"] for c in truth["causes"]} == {"mac_retries", "spurious_rto"}
+    # the timeouts are the retries' consequence: the MAC retries are the event's root
+    assert {c["cause"]: c["role"] for c in truth["causes"]} == {"mac_retries": "primary", "spurious_rto": "secondary"}
     ev = [e for e in truth["events"] if e["kind"] == "interference"]
     assert len(ev) == 1 and ev[0]["end_ts"] - ev[0]["start_ts"] == pytest.approx(0.9, abs=1e-6)
     # the server's own state shows the timeouts

@@ -442,7 +442,8 @@ class _Hooks:
                       numbers={"retries_in_window": ctx.retries_between(at, end), "deaf_station": deaf})]
         rtos, spur = ctx.rto_times(), ctx.spurious_times()
         if rtos:
-            out.append(_cause(ctx, "spurious_rto", min(rtos), max(rtos + spur),
+            # a consequence: the retries held the packets past the RTO (the root is mac_retries)
+            out.append(_cause(ctx, "spurious_rto", min(rtos), max(rtos + spur), role="secondary",
                               evidence="the server's RTO fires while the originals wait in the AP's MAC; "
                                        "they are delivered, so the retransmissions are spurious",
                               numbers={"rto_expirations": len(rtos), "spurious_retransmissions": len(spur)}))

@@ -651,7 +651,8 @@ def delay_spike(seconds: float) -> Scenario:
         rtos = ctx.rto_times()
         spur = ctx.spurious_times()
         if rtos:
-            out.append(_cause(ctx, "spurious_rto", min(rtos), max(rtos + spur),
+            # a consequence: the retries held the packets past the RTO (the root is mac_retries)
+            out.append(_cause(ctx, "spurious_rto", min(rtos), max(rtos + spur), role="secondary",
                               evidence="the server's RTO fires while the originals wait in the AP's "
                                        "MAC; they are delivered, so the retransmissions are spurious",
                               numbers={"rto_expirations": len(rtos),
