@@ -1,9 +1,11 @@
 """Run a scenario: child process for ns-3, then captures checked, truth built, bundle written."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,6 +71,25 @@ def _child_env() -> dict[str, str]:
     return env
 
 
+# What ns-3 (and the C++ runtime) say when they stop a simulation on purpose.
+_FAILURE_HEADS = ("NS_ASSERT", "NS_FATAL", "NS_ABORT", "msg=", "assert failed", "terminate called", "what():")
+_FRAME = re.compile(r" in (ns3::[A-Za-z0-9_:<>~]+)\(")
+
+
+def child_failure(stderr: str) -> str:
+    """Return what a failed ns-3 child said, in short: ns-3's assertion or fatal lines and the first
+    ns-3 function of the stack trace that follows them (a crash handler prints thousands of lines of
+    threads and frames, whose tail says nothing), else the last lines of its output."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    heads = list(dict.fromkeys(ln for ln in lines if ln.startswith(_FAILURE_HEADS)))
+    where = next((m.group(1) for ln in lines if (m := _FRAME.search(ln))
+                  and not m.group(1).startswith(("ns3::Packet::", "ns3::Buffer::", "ns3::FatalImpl"))), None)
+    if heads:
+        return "; ".join(heads[:4]) + (f" (in {where})" if where else "")
+    tail = [ln for ln in lines if not ln.startswith("#") and "Thread " not in ln][-8:]
+    return " | ".join(tail)[-2000:] or "no output"
+
+
 def run_child(job: dict, workdir: Path, log: Callable[[str], None], timeout: float = CHILD_TIMEOUT_S) -> dict:
     """Run `job` in a fresh `python -m xlayer.testbeds.sim.world` process; return its result.json."""
     # Imported here, not at the top: the package importing `world` before the child runs it as
@@ -87,7 +108,7 @@ def run_child(job: dict, workdir: Path, log: Callable[[str], None], timeout: flo
     if proc.returncode == NO_NS3:
         raise SimError(err.strip().splitlines()[-1] if err.strip() else "cannot import ns-3", ns3_missing=True)
     if proc.returncode != 0 or not (workdir / "result.json").exists():
-        raise SimError(f"ns-3 child exited with status {proc.returncode}: {err.strip()[-3000:]}")
+        raise SimError(f"ns-3 child exited with status {proc.returncode}: {child_failure(err)}")
     if err.strip():
         log(f"ns-3 child said: {err.strip()[-2000:]}")
     return json.loads((workdir / "result.json").read_text())
@@ -103,11 +124,6 @@ def run_scenario(name: str, outdir: str | os.PathLike, *, seed: int = 1, seconds
     `encrypt`: a WPA2 passphrase; the air capture is then written as a sniffer of a WPA2-PSK network
     sees it (`xlayer.testbeds.sim.encrypt`); the passphrase is stored nowhere.
     """
-    from xlayer.testbeds.sim.truth import (
-        build_truth,
-        write_bundle,  # noqa: PLC0415 - polars only in the parent
-    )
-
     log = log or (lambda m: None)
     if seed < 1:
         raise SimError("seed must be >= 1 (ns-3 rejects seed 0)")
@@ -118,13 +134,43 @@ def run_scenario(name: str, outdir: str | os.PathLike, *, seed: int = 1, seconds
     except ValueError as exc:
         raise SimError(str(exc)) from None
     out = Path(outdir)
+    made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    for f in list(FILES.values()) + ["bundle.json", "truth.json", "truth_packets.parquet",
-                                      "truth_attempts.parquet"]:
+    written = list(FILES.values()) + ["bundle.json", "truth.json", "truth_packets.parquet", "truth_attempts.parquet"]
+    for f in written:
         (out / f).unlink(missing_ok=True)
     work = out / ".sim-work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
+    t0 = time.monotonic()
+    try:
+        truth = _simulate(sc, seed, work, out, log, passphrase)
+    except BaseException:
+        # A failed or interrupted run leaves nothing half made: no work files, no captures without
+        # their manifest, and no output directory it created itself.
+        for f in written:
+            (out / f).unlink(missing_ok=True)
+        if not keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+            if made:
+                with contextlib.suppress(OSError):
+                    out.rmdir()
+        raise
+    if not keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+    truth["run"]["wall_s"] = round(time.monotonic() - t0, 2)
+    (out / "truth.json").write_text(json.dumps(truth, indent=1, allow_nan=False) + "\n")
+    return truth
+
+
+def _simulate(sc: Scenario, seed: int, work: Path, out: Path, log: Callable[[str], None],
+              passphrase: bytes | None) -> dict[str, Any]:
+    """Return the truth of scenario `sc` simulated in `work` into bundle directory `out`."""
+    from xlayer.testbeds.sim.truth import (
+        build_truth,
+        write_bundle,  # noqa: PLC0415 - polars only in the parent
+    )
+
     cl = make_clocks(seed)
     job = {"seed": seed, "workdir": str(work.resolve()), "scenario": sc.physical(),
            "clocks": _native_clocks(cl, seed), "files": {k: v + PART for k, v in FILES.items()}}
@@ -150,10 +196,6 @@ def run_scenario(name: str, outdir: str | os.PathLike, *, seed: int = 1, seconds
     if encrypted is not None:
         _mark_encrypted(out)
         truth["run"]["encryption"] = encrypted
-    if not keep_work:
-        shutil.rmtree(work, ignore_errors=True)
-    truth["run"]["wall_s"] = round(time.monotonic() - t0, 2)
-    (out / "truth.json").write_text(json.dumps(truth, indent=1, allow_nan=False) + "\n")
     return truth
 
 
