@@ -6,13 +6,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import polars as pl
 import pytest
 
 from parsers import read_capture
-from tests.helpers.common import CORPUS, REPO, corpus_or_skip
+from tests.helpers.common import CORPUS, REPO, corpus_or_skip, signal_once
 from tests.helpers.pcapgen import write_udp_pcap
 
 
@@ -73,11 +72,7 @@ def test_ingest_stops_cleanly_on_signal(tmp_path, sig) -> None:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     # Signalled once the output file is there (the first chunk is written), however busy the machine is:
     # a fixed sleep would sometimes land during start-up, before any file exists.
-    deadline = time.monotonic() + 120
-    while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=120)
+    stdout, stderr = signal_once(proc, out, sig)
     assert "Traceback" not in stderr
     df = pl.read_parquet(out)         # a valid file either way
     if proc.returncode == 130:        # interrupted: a prefix of the capture, and it says how much
@@ -117,12 +112,7 @@ def test_signal_during_start_up_is_one_line_and_130(tmp_path, sig) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "xlayer", "analyze", str(REPO / "samples" / "sim-baseline"),
                              "--no-cache"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
                             env=env)
-    deadline = time.monotonic() + 120
-    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert ready.exists(), proc.communicate(timeout=60)
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=120)
+    out, err = signal_once(proc, ready, sig)
     assert proc.returncode == 130, (proc.returncode, err)
     assert "Traceback" not in err
     lines = err.strip().splitlines()

@@ -6,6 +6,8 @@ import hashlib
 import os
 import shutil
 import signal
+import subprocess
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -76,6 +78,17 @@ def deadline(seconds: int):
 
 
 SIM_CACHE = Path(os.environ.get("XLAYER_TEST_SIMS", "/tmp/xlayer-test-sims"))
+
+
+def signal_once(proc: subprocess.Popen, path: Path, sig: int, timeout: float = 120.0) -> tuple[str, str]:
+    """Return (stdout, stderr) of `proc` signalled with `sig` once `path` exists (however busy the machine:
+    a fixed sleep would sometimes land before the moment the test means), or as soon as it ended."""
+    end = time.monotonic() + timeout
+    while not path.exists() and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.001)
+    assert path.exists(), proc.communicate(timeout=60)
+    proc.send_signal(sig)
+    return proc.communicate(timeout=timeout + 60)
 
 
 def sim_tag(scenario: str, seed: int = 1, seconds: float | None = None, encrypt: str | None = None,

@@ -10,11 +10,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.common import signal_once
 from xlayer.testbeds.sim.run import child_failure
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,13 +61,7 @@ def test_a_simulation_stopped_by_a_signal_leaves_nothing(tmp_path, sig) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "xlayer", "sim", "baseline", "--seconds", "3", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
-    job = out / ".sim-work" / "job.json"
-    deadline = time.monotonic() + 120
-    while not job.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert job.exists(), proc.communicate(timeout=60)
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=180)
+    _, err = signal_once(proc, out / ".sim-work" / "job.json", sig)
     assert "Traceback" not in err
     if proc.returncode == 130:
         assert not out.exists(), sorted(p.name for p in out.rglob("*"))
