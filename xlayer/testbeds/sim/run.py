@@ -145,6 +145,8 @@ def run_scenario(name: str, outdir: str | os.PathLike, *, seed: int = 1, seconds
     t0 = time.monotonic()
     try:
         truth = _simulate(sc, seed, work, out, log, passphrase)
+        truth["run"]["wall_s"] = round(time.monotonic() - t0, 2)
+        (out / "truth.json").write_text(json.dumps(truth, indent=1, allow_nan=False) + "\n")
     except BaseException:
         # A failed or interrupted run leaves nothing half made: no work files, no captures without
         # their manifest, and no output directory it created itself.
@@ -158,8 +160,6 @@ def run_scenario(name: str, outdir: str | os.PathLike, *, seed: int = 1, seconds
         raise
     if not keep_work:
         shutil.rmtree(work, ignore_errors=True)
-    truth["run"]["wall_s"] = round(time.monotonic() - t0, 2)
-    (out / "truth.json").write_text(json.dumps(truth, indent=1, allow_nan=False) + "\n")
     return truth
 
 
