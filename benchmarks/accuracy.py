@@ -178,6 +178,7 @@ def alignment_errors(bundle: Path, alignment: dict, truth: dict, skew_err: dict[
     from xlayer.timeline.align import ClockMap, to_reference_ns
 
     tclocks = truth.get("clocks", {})
+    ref_own = stamped_skew(bundle, _reference_file(alignment))
     out = {}
     for c in alignment.get("captures", []):
         f = c["file"]
@@ -198,7 +199,6 @@ def alignment_errors(bundle: Path, alignment: dict, truth: dict, skew_err: dict[
             skew_err[f + "#se"] = float(c["skew_se_ppm"])
         # against the line the stamps themselves follow (`stamped_skew`)
         own = stamped_skew(bundle, f)
-        ref_own = stamped_skew(bundle, _reference_file(alignment))
         if own is not None and ref_own is not None:
             skew_err[f + "#stamped"] = abs(float(c.get("skew_ppm") or 0.0) - (own - ref_own))
             skew_err[f + "#stamps_off"] = abs((own - ref_own) - float(t["skew_ppm"]))
@@ -413,14 +413,14 @@ def report(rows: list[dict[str, Any]]) -> None:
             print(f"skew error within 3 of its standard errors: {within}/{len(se)} ({within / len(se):.1%}); "
                   f"standard error p50 {pct([s for _, s in se], 0.5):.2f} ppm; captures whose standard error "
                   f"allows 2 ppm at 99 % (<= 0.78 ppm): {can}/{len(se)}")
-        own = [(r["skew"][f], r["skew"][f + "#stamped"], r["skew"][f + "#stamps_off"], v) for r in ok
+        own = [(r["skew"][f + "#stamped"], r["skew"][f + "#stamps_off"], v) for r in ok
                for f, v in r["align"].items() if f + "#stamped" in r["skew"]]
         if own:
-            good_own = sum(v <= 100 and k <= 2 for _, k, _, v in own)
+            good_own = sum(v <= 100 and k <= 2 for k, _, v in own)
+            off = [o for _, o, _ in own]
             print(f"against the skew each capture's own stamps follow (fitted on ns-3's true times): within 100 us "
                   f"and 2 ppm {good_own}/{len(own)} ({good_own / len(own):.1%}); that skew off the declared clock "
-                  f"p50 {pct([o for _, _, o, _ in own], 0.5):.2f}, p99 {pct([o for _, _, o, _ in own], 0.99):.2f}, "
-                  f"max {max(o for _, _, o, _ in own):.2f} ppm")
+                  f"p50 {pct(off, 0.5):.2f}, p99 {pct(off, 0.99):.2f}, max {max(off):.2f} ppm")
         st = Counter(x.split(":")[0] for r in ok for x in r["status"].values())
         print("alignment status: " + ", ".join(f"{k or 'none'} {n}" for k, n in sorted(st.items())))
     print(f"scenarios whose intended effect showed (truth expect): {sum(bool(r['expect']) for r in ok)}/{len(ok)}")
