@@ -10,14 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests.helpers.common import signal_once
+from tests.helpers.common import REPO, signal_once
 from xlayer.testbeds.sim.run import child_failure
 
-REPO = Path(__file__).resolve().parents[2]
 HAVE_NS3 = importlib.util.find_spec("ns") is not None
 
 FRAMES = "\n".join(f"#{i} 0x00007fa9 in _PyEval_EvalFrameDefault (tstate=<optimized out>) at Python/ceval.c:4769"
