@@ -98,6 +98,18 @@ def test_spurious_rto_summary_of_one_retransmission_keeps_its_reasoning() -> Non
     assert f.numbers["methods"] == {"receiver_capture": 1}
 
 
+def test_spurious_rto_evidence_in_the_retransmissions_own_capture_names_that_capture() -> None:
+    """Eifel and D-SACK evidence lies in the retransmission's own capture (evidence_capture null): the
+    frame reference names that capture; it read "None #9775" on a random-scenario run."""
+    rows = _spurious_rows(0, 2).with_columns(pl.lit(None, pl.String).alias("evidence_capture"),
+                                              (pl.col("frame") + 100).alias("evidence_frame"))
+    f = spurious_rto.score(Context(_Tables(retransmissions=rows), DropConfig()), Window(S, 2 * S, ["tcp a:1>b:2"]))
+    assert f is not None
+    ev = [(r.capture_file, r.frame) for r in f.frames if r.what == "evidence the original arrived"]
+    assert ev == [("server.pcap", 101), ("server.pcap", 102)]
+    assert all(r.capture_file not in (None, "None") for r in f.frames)
+
+
 def test_spurious_rto_summary_of_a_shipped_sample() -> None:
     """sim-delay_spike: 89 spurious retransmissions once listed 12 method texts in the sentence."""
     an = analyze(REPO / "samples" / "sim-delay_spike")

@@ -215,7 +215,8 @@ def frames(df: pl.DataFrame, what: str, n: int = 3, file_col: str = "capture_fil
     """Return up to n example frames of a table's rows (first ones in time) as FrameRef."""
     if df.height == 0 or file_col not in df.columns or frame_col not in df.columns:
         return []
-    rows = df.filter(pl.col(frame_col).is_not_null()).head(n)
+    # a row without its capture cannot be found by a reader: never shown as "None #N"
+    rows = df.filter(pl.col(frame_col).is_not_null() & pl.col(file_col).is_not_null()).head(n)
     return [FrameRef(str(f), int(fr), what) for f, fr in zip(rows[file_col].to_list(), rows[frame_col].to_list())]
 
 

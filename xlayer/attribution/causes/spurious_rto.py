@@ -62,8 +62,10 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     triggers = dict(sp.group_by("trigger").len().sort(["len", "trigger"], descending=[True, False]).iter_rows())
     example = sp["method"].drop_nulls()
     ex = frames(sp, "spurious retransmission")
-    ex += frames(sp.filter(pl.col("evidence_frame").is_not_null()), "evidence the original arrived", n=2,
-                 file_col="evidence_capture", frame_col="evidence_frame")
+    # a null evidence_capture means the retransmission's own capture (the table's convention)
+    ev = sp.filter(pl.col("evidence_frame").is_not_null()).with_columns(
+        pl.col("evidence_capture").fill_null(pl.col("capture_file")))
+    ex += frames(ev, "evidence the original arrived", n=2, file_col="evidence_capture", frame_col="evidence_frame")
     return CauseFinding(NAME, conf, text,
                         {"spurious_retransmissions": n, "timeouts": episodes, "rto_estimate_ms": rto_ms,
                          "host_rto_ms": host_rto_ms, "owd_max_ms": owd_max, "vantage": best, "methods": methods,
