@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from xlayer.timeline.open import mapped_ipc
+from xlayer.timeline.open import mapped_ipc, park
 
 
 def _table(n: int) -> pl.DataFrame:
@@ -62,3 +62,11 @@ def test_mapped_table_outlives_its_file(tmp_path: Path) -> None:
     f.unlink()      # Timeline.close removes the spill directory; tables already returned stay readable
     assert got.equals(df.select("ts_ns", "station"), null_equal=True)
     assert got.filter(pl.col("station").is_null()).height == 400
+
+
+def test_parked_table_is_the_table_and_leaves_no_file(tmp_path: Path) -> None:
+    df = _table(3_000)
+    got = park(df, tmp_path, "downlink")
+    assert got.schema == df.schema and got.equals(df, null_equal=True)
+    assert list(tmp_path.iterdir()) == []        # mapped, the file already unlinked
+    assert park(df, None, "downlink") is df      # no spill directory: kept as it is

@@ -63,7 +63,7 @@ Tables:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -72,6 +72,7 @@ import polars as pl
 from xlayer.metrics import tcp as tcpmod
 from xlayer.metrics.schema import Column, conform, register
 from xlayer.timeline.flowkey import FRAGMENT_KEY, is_fragment
+from xlayer.timeline.open import park
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -1158,6 +1159,7 @@ def build(tl: Timeline) -> dict[str, pl.DataFrame]:
     # vantage, file, method), named only once the captures' identities are freed
     rtts: list[tuple[pl.DataFrame | None, pl.DataFrame, str, str]] = []
     keys = []
+    scratch = getattr(tl, "_spill_dir", None)
     # One capture prepared at a time: only its packet identities are kept for the pairwise tables.
     for e in tl.entries():
         p = prepare(tl.packets(e, columns=_PREPARE_READ), e.kind, e.vantage, e.file)
@@ -1165,9 +1167,13 @@ def build(tl: Timeline) -> dict[str, pl.DataFrame]:
             continue
         per["flows"].append(flow_totals(p))
         per["flow_series"].append(flow_series(p, tl.bin_ns))
-        rtts.append((_rtt_rows(p), p.flows, p.vantage, p.capture_file))
-        keys.append(keyed(p))
-        del p
+        # what the pairwise tables and the RTT table read later waits in the scratch directory (a spilled
+        # timeline), not in the heap while the next capture is prepared
+        rows = _rtt_rows(p)
+        rtts.append((None if rows is None else park(rows, scratch, "rtt"), p.flows, p.vantage, p.capture_file))
+        k = keyed(p)
+        keys.append(replace(k, df=park(k.df, scratch, "keyed")))
+        del p, rows, k
     if sum(1 for k in keys if k.df.height) < 2:
         pairs = between_keyed(keys)
     else:

@@ -107,7 +107,7 @@ import xlayer.timeline.match as mm
 from xlayer.metrics.keys import with_sorted_ids
 from xlayer.metrics.schema import MATCH_COLUMNS, Column, conform, register
 from xlayer.timeline.airtime import COLUMNS as AIRTIME_COLUMNS
-from xlayer.timeline.open import mapped_ipc
+from xlayer.timeline.open import mapped_ipc, park
 
 if TYPE_CHECKING:
     from xlayer.timeline.open import Timeline
@@ -1593,7 +1593,8 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
                              (pl.col("_start") - pl.col("ts_ns")).alias("sojourn_ns")).sort("capture_file", "frame")
     keep = [c.name for c in DOWNLINK]
     # each table is finished as soon as it can be, and its working rows freed
-    downlink = conform(down.select([c for c in keep if c in down.columns]), DOWNLINK)
+    # (parked in the scratch directory while the uplink and attempts are worked out)
+    downlink = park(conform(down.select([c for c in keep if c in down.columns]), DOWNLINK), scratch, "downlink")
     del down
     # uplink
     if up_rows:
@@ -1620,7 +1621,7 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
     # (air-only rows of one A-MPDU share a stamp: their capture's frame numbers order them)
     up = up.sort([c for c in ("capture_file", "frame", "first_air_ts_ns", "air_capture_file", "first_air_frame")
                   if c in up.columns], nulls_last=True, maintain_order=True)
-    uplink = conform(up.select([c for c in keep if c in up.columns]), UPLINK)
+    uplink = park(conform(up.select([c for c in keep if c in up.columns]), UPLINK), scratch, "uplink")
     del up
     # attempts, joined to their wired packet
     if airs:

@@ -182,6 +182,22 @@ def mapped_ipc(path: str | os.PathLike, columns: Sequence[str] | None = None) ->
     return pl.from_arrow(table, rechunk=False)
 
 
+def park(df: pl.DataFrame, scratch: str | os.PathLike | None, name: str) -> pl.DataFrame:
+    """Return `df` memory-mapped from an uncompressed Arrow file in `scratch` (a spilled timeline's
+    directory), or `df` itself when there is none: a table kept for later waits in clean file pages,
+    which the kernel can drop, not in the heap beside the work still to come.  The file is unlinked at
+    once (the map holds its pages until the table is dropped), so nothing is left behind."""
+    if scratch is None or df.height == 0:
+        return df
+    fd, path = tempfile.mkstemp(prefix=f"park-{name}-", suffix=".arrow", dir=scratch)
+    os.close(fd)
+    try:
+        df.write_ipc(path, compression="uncompressed")
+        return mapped_ipc(path)
+    finally:
+        os.remove(path)
+
+
 # the columns a spilled capture's table gains beside the decoded ones, in the order they are added
 _CONSTANT = ("capture_file", "vantage", "clock", "kind")
 _DERIVED = ("flow", "conn", "dir")
