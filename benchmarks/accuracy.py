@@ -22,6 +22,8 @@ and analyses them with `--wpa-pwd PASSPHRASE:SSID`; the passphrase is never prin
   truth *secondary* causes (a consequence, e.g. spurious_rto) while the primary (root) is not first;
 - on runs without a cause, how many incidents fall where the ns-3 trace itself shows rate adaptation
   slowing the AP's frames (`trace_rate_fall`): such a run was not steady on the air, only uninjected;
+  and which incidents have nothing traced in or just before them (`traced_events`: no RTO expiration at
+  the server, no packet dropped by the AP, no such rate fall), listed: the drops nothing in the run made;
 - alignment errors: per packet capture not on the reference clock, the largest |estimated - true|
   reference time over the capture's span (truth.json's clocks), as percentiles; the skew error also
   against the line the capture's stamps follow on ns-3's true times of its frames (`stamped_skew`),
@@ -269,6 +271,33 @@ def trace_rate_fall(bundle: Path, start_s: float, end_s: float) -> float | None:
     return r_in / r_out if r_in is not None and r_out else None
 
 
+TRACE_LEAD_S = 0.5        # a traced event this long before an incident can still be what it shows (drops.LEAD)
+
+
+def traced_events(bundle: Path, truth: dict, start_s: float, end_s: float) -> list[str]:
+    """Return what the simulator's own traces show in [start_s - TRACE_LEAD_S, end_s) that drops goodput
+    though nobody injected it: the server's RTO expirations, packets the AP dropped (queue full, retry
+    limit) and a fall of the AP's effective PHY rate under TRACE_RATE_FALL of the rest of its run."""
+    import polars as pl
+
+    a, b = start_s - TRACE_LEAD_S, end_s
+    out = []
+    rtos = [r for r in truth.get("tcp", {}).get("retransmissions", []) if r.get("trigger") == "rto" and a <= r["ts"] < b]
+    if rtos:
+        out.append(f"{len(rtos)} RTO{'s' if len(rtos) != 1 else ''}")
+    path = bundle / "truth_packets.parquet"
+    if path.exists():
+        d = (pl.read_parquet(path, columns=["fate", "t_fate_ns"])
+             .filter(pl.col("fate").is_in(["dropped_at_ap_queue", "failed_after_retry_limit"])
+                     & pl.col("t_fate_ns").is_between(int(a * 1e9), int(b * 1e9), closed="left")))
+        if d.height:
+            out.append(f"{d.height} AP drop{'s' if d.height != 1 else ''}")
+    fall = trace_rate_fall(bundle, start_s, end_s)
+    if fall is not None and fall < TRACE_RATE_FALL:
+        out.append(f"AP rate x{fall:.2f}")
+    return out
+
+
 def score(seed: int, bundle: Path, an_json: dict) -> dict[str, Any]:
     """Return what one run contributes to the report."""
     truth = json.loads((bundle / "truth.json").read_text())
@@ -297,13 +326,14 @@ def score(seed: int, bundle: Path, an_json: dict) -> dict[str, Any]:
         pairs.append((c["cause"], first))
         if best is not None and first != c["cause"] and first in secondary and first not in {p["cause"] for p in prim}:
             root_errors.append(f"seed {seed}: {first} ranked above its root {c['cause']}")
-    falls = []
+    falls, traced = [], []
     if not prim:
         pairs = [(NONE, i.cause or NONE) for i in incs] or [(NONE, NONE)]
         falls = [trace_rate_fall(bundle, i.start_ns / 1e9, i.end_ns / 1e9) for i in incs]
+        traced = [traced_events(bundle, truth, i.start_ns / 1e9, i.end_ns / 1e9) for i in incs]
     return {"seed": seed, "causes": sorted({c["cause"] for c in prim}), "pairs": pairs, "ious": ious,
             "right": res["right"], "total": res["total"], "spurious": res["spurious_incidents"],
-            "root_errors": root_errors, "trace_rate_falls": falls,
+            "root_errors": root_errors, "trace_rate_falls": falls, "traced": traced,
             "align": alignment_errors(bundle, an_json.get("alignment", {}), truth, skew := {}, status := {}),
             "skew": skew, "status": status,
             "expect": truth.get("expect", {}).get("holds"),
@@ -381,6 +411,12 @@ def report(rows: list[dict[str, Any]]) -> None:
     slow = sum(x is not None and x < TRACE_RATE_FALL for x in falls)
     print(f"  incidents there during which the ns-3 trace shows the AP's effective PHY rate under "
           f"{TRACE_RATE_FALL:g} of the rest of its run (rate adaptation, not injected): {slow}/{len(falls)}")
+    # what is left once the simulator's own traces are read: an incident with no RTO, no AP drop and no
+    # AP rate fall in or just before it is a drop nothing in the run made (or one the traces do not show)
+    bare = [(r["seed"], inc) for r in clean for inc, ev in zip(r["incidents"], r.get("traced", [])) if not ev]
+    n_tr = sum(len(r.get("traced", [])) for r in clean)
+    print(f"  incidents there with no RTO, AP drop or AP rate fall traced by ns-3 in or {TRACE_LEAD_S:g} s before "
+          f"them: {len(bare)}/{n_tr}" + "".join(f"\n    seed {s}: {inc}" for s, inc in bare))
     # a run without a cause whose truth says it was not steady after all (RTOs or queue drops happened)
     steady = [r for r in clean if r["expect"]]
     print(f"  of them steady by their own truth (no RTO, no queue drop): {len(steady)}, with an incident: "

@@ -201,6 +201,32 @@ def test_plain_queueing_is_a_root_only_as_a_full_queue():
     assert [f.cause for f in got] == ["spurious_rto", "mac_retries"] and got[0].explained_by is None
 
 
+def _queue_of_own_windows_with_a_retry() -> list[dict]:
+    # f's packets arrive faster than the line serves them (the flows' own windows filling a large buffer,
+    # each packet served as fast as outside the drops) and one of them is retried for 15 ms on the way
+    burst = [{"arrive": 10_000 + 0.1 * k, "station": "A", "flow": "f"} for k in range(900)]
+    burst[450]["retry"] = 15.0
+    burst[450]["attempts"] = 3
+    return _steady(8_000, 9_500) + burst + _steady(11_000, 12_000)
+
+
+def test_a_retry_too_small_for_the_rise_is_no_root_made_from_the_split_alone():
+    """A queue that grew tenfold at the same service per packet makes the retried packet's share of the
+    line time grow too; with no cause module finding retries there, that share is not a root: 15 ms of a
+    rise of hundreds of ms did not push the delay past the RTO (random seed 600 said it did: 18 of 408 ms)."""
+    ctx = _Ctx(_line(_queue_of_own_windows_with_a_retry()), quiet=QUIET)
+    s = delaysplit.split(ctx, W, ["f"], 200.0)
+    assert s is not None and s.increase("retry") > 0 and s.grew("retry") < 0.3 * s.grew("load")
+    got = explain(ctx, W, _findings("spurious_rto"))
+    assert [f.cause for f in got] == ["spurious_rto"] and got[0].explained_by is None
+    assert "in the AP queue" in got[0].summary and "more packets queued, the air no slower" in got[0].summary
+    assert got[0].numbers["delay_ms"]["load"] > 10 * got[0].numbers["delay_outside_ms"]["load"]
+    # a cause module that found the retries there is a second sign: the share test decides as before
+    got = explain(_Ctx(_line(_queue_of_own_windows_with_a_retry()), quiet=QUIET), W,
+                  _findings("spurious_rto", "mac_retries"))
+    assert [f.cause for f in got] == ["mac_retries", "spurious_rto"]
+
+
 def test_no_reorder_when_the_delay_stays_far_below_the_rto():
     few = _steady(8_000, 12_000)
     got = explain(_Ctx(_line(few), quiet=QUIET), W, _findings("spurious_rto", "mac_retries"))

@@ -29,7 +29,11 @@ that cause takes the consequence's rank and the consequence follows it, saying w
 root: the split cannot separate it, but the graph has the timeouts downstream of it)
 (`explained_by`, `because`).  When no cause module scored that root in the window (its own signs
 were too weak to see on their own), the measured split is the evidence and the root's finding is
-made from it.  Nothing is decided by which causes are named, only by these measured quantities:
+made from it, provided that part also grew by `ROOT_MIN_SHARE` of the rise of the late packets' delay
+on the AP's side in ms or the AP served each packet `SLOWER_SERVICE` times more slowly (`_carries_rise`:
+a share that grew inside a tenfold longer queue served as fast as before is not what pushed the delay
+past the RTO); otherwise the timeouts stay a root, the split in their evidence, and a
+queue that grew at an unchanged service per packet is named as such (`_queue_grew`).  Nothing is decided by which causes are named, only by these measured quantities:
 with no air capture, or with delay made on the wired path, the spurious timeouts stay a root.
 
 A station whose PHY rate the `rate_change` finding measured falling is slow and retried because its
@@ -246,9 +250,12 @@ def _explain_timeouts(ctx: Context, w: Window, found: list[CauseFinding]) -> lis
     if s is None or s.total_ms < ROOT_MIN_RTO_SHARE * rto:
         return found
     rc = root_cause(s, by)
+    if rc is not None and rc[0] not in by and not _carries_rise(s, rc[1]):
+        rc = None           # the split alone, and too small a part of the rise to have made the timeouts
     if rc is None:
         rc = _strongest_maker(s, found, sp.stations or w.stations)
         if rc is None:
+            _queue_grew(sp, s)
             return found
     name, part = rc
     root = by.get(name)
@@ -271,6 +278,40 @@ def _explain_timeouts(ctx: Context, w: Window, found: list[CauseFinding]) -> lis
                   "delay_outside_ms": {k: round(v, 3) for k, v in s.outside.items()},
                   "late_packets": s.packets}
     return _pair(found, root, sp, because)
+
+
+def _carries_rise(sp: delaysplit.Split, part: str) -> bool:
+    """Return whether part `part` can have made the rise of the late packets' delay on the AP's side: it
+    grew by at least ROOT_MIN_SHARE of that rise in ms, or the AP took SLOWER_SERVICE times longer per
+    packet than outside the drops.
+
+    A root that no cause module found in the window rests on the split alone.  Its share of the line
+    time growing (`root_cause`) is then not enough: a queue that grew tenfold while the AP served each
+    packet as fast as before (the flows' own windows filling a large buffer) also makes a small part's
+    share grow, and "the retries pushed the delay past the RTO" would be false by its own numbers (18 ms
+    of a 408 ms rise).  A line held by retries does build a queue of plain work behind it, which the
+    late packets then wait out with few retries in their own wait; but then the line served each
+    packet more slowly, which is what the service time shows."""
+    ap_in = sum(v for k, v in sp.inside.items() if k != "wired")
+    ap_out = sum(v for k, v in sp.outside.items() if k != "wired")
+    if sp.grew(part) >= ROOT_MIN_SHARE * max(ap_in - ap_out, 0.0):
+        return True
+    svc, svc_out = sp.extra.get("service_ms"), sp.extra.get("service_outside_ms")
+    return bool(svc and svc_out and svc >= SLOWER_SERVICE * svc_out)
+
+
+def _queue_grew(f: CauseFinding, sp: delaysplit.Split) -> None:
+    """Add the delay split to a `spurious_rto` finding that stays a root, and say so in its summary when
+    the late packets' delay grew as AP queue sojourn at the same service per packet: more packets queued
+    (the flows' own windows), not a slower air."""
+    f.numbers = {**f.numbers, "delay_ms": {k: round(v, 3) for k, v in sp.inside.items()},
+                 "delay_outside_ms": {k: round(v, 3) for k, v in sp.outside.items()}, "late_packets": sp.packets}
+    svc, svc_out = sp.extra.get("service_ms"), sp.extra.get("service_outside_ms")
+    if max(delaysplit.PARTS, key=sp.grew) != "load" or not svc or not svc_out or svc >= SLOWER_SERVICE * svc_out:
+        return
+    f.summary += (f"; the late packets waited {sp.inside['load']:.0f} ms in the AP queue ({sp.outside.get('load', 0.0):.0f}"
+                  f" ms outside the drops) of {sp.total_ms:.0f} ms, served at {svc:.2f} ms a packet "
+                  f"({svc_out:.2f} ms outside): more packets queued, the air no slower")
 
 
 def chain(found: list[CauseFinding]) -> dict[str, Any]:

@@ -81,3 +81,10 @@ def flow_name(proto: int, src: str, sport: int | None, dst: str, dport: int | No
         return f"{host}:{port}" if port is not None and proto in (6, 17, 132) else host
 
     return f"{name} {ep(src, sport)}>{ep(dst, dport)}"
+
+
+def reverse_flow(flow: str) -> str:
+    """Return the `flow` string of the other direction of the same conversation ("tcp a:1>b:2" -> "tcp b:2>a:1")."""
+    proto, _, ends = flow.partition(" ")
+    src, _, dst = ends.partition(">")
+    return f"{proto} {dst}>{src}"

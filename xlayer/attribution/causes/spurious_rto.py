@@ -9,10 +9,12 @@ capture's estimate, and says which.
 """
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from xlayer.attribution.causes.base import LEAD_NS, Context, Window, clip01, frames
 from xlayer.attribution.incidents import CauseFinding
+from xlayer.timeline.flowkey import reverse_flow
 
 NAME = "spurious_rto"
 COLOR = "#e377c2"          # its incidents in the report
@@ -61,6 +63,12 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
         text += f" (decided by {', '.join(f'{k} x{v}' for k, v in methods.items())})"
     triggers = dict(sp.group_by("trigger").len().sort(["len", "trigger"], descending=[True, False]).iter_rows())
     example = sp["method"].drop_nulls()
+    held = acks_held(ctx, sp, rto_ms or host_rto_ms)
+    if held is not None:
+        text += (f"; most of the wait was on the ACK path: data of {held['flow_data']} reached {held['station']} "
+                 f"on the air {held['down_ms']:.0f} ms after the original left, then the station sent nothing of the "
+                 f"connection on the air for {held['held_ms']:.0f} ms"
+                 + (" (up to the retransmission)" if held["until_retransmission"] else ""))
     ex = frames(sp, "spurious retransmission")
     # a null evidence_capture means the retransmission's own capture (the table's convention)
     ev = sp.filter(pl.col("evidence_frame").is_not_null()).with_columns(
@@ -69,9 +77,57 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     return CauseFinding(NAME, conf, text,
                         {"spurious_retransmissions": n, "timeouts": episodes, "rto_estimate_ms": rto_ms,
                          "host_rto_ms": host_rto_ms, "owd_max_ms": owd_max, "vantage": best, "methods": methods,
+                         "acks_held": held,
                          "triggers": triggers, "method_example": example[0] if example.len() else None},
                         stations=ctx.stations_of(sorted(sp["flow"].unique().to_list())),
                         flows=sorted(sp["flow"].unique().to_list()), frames=ex)
+
+
+ACK_HELD_SHARE = 0.5     # the station's silence made at least this share of the wait that timed out
+
+
+def acks_held(ctx: Context, sp: pl.DataFrame, rto_ms: float | None) -> dict | None:
+    """Return the longest silence of the receiving station on the air after the flow's data reached it,
+    during the first timeout's wait, when that silence made ACK_HELD_SHARE of the wait; else None:
+    {flow_data, station, down_ms (the original leaving the sender's vantage to that data reaching the
+    station on the air), held_ms (from there to the station's next packet of the connection on the air,
+    or to the retransmission if none came before it: until_retransmission)}.
+
+    A timeout is spurious when the data arrived and its ACK did not come back in time.  When data
+    reached the station on the air and the station then sent nothing of the connection for most of the
+    wait (its uplink stalled: a Block Ack exchange it retries, a reorder buffer holding what it got
+    behind a missing frame, its own contention; or its TCP held the ACK of a lone segment for its
+    delayed-ACK timer), the delay that passed the RTO is on the ACK path, which the downlink's delay
+    parts cannot show.  Needs an air capture (the join's downlink and uplink)."""
+    if sp.height == 0 or not rto_ms:
+        return None
+    first = sp.row(0, named=True)
+    t_o, t_r, flow = first.get("original_ts_ns"), first["ts_ns"], first["flow"]
+    if t_o is None or t_r <= t_o:
+        return None
+    down = ctx.between("downlink", t_o - int(rto_ms * 1e6), t_r)
+    if down.height == 0 or "last_air_ts_ns" not in down.columns:
+        return None
+    got = (down.filter((pl.col("flow") == flow) & pl.col("last_air_ts_ns").is_between(t_o, t_r, closed="left")
+                       & pl.col("fate").is_in(["delivered", "air_unacked"]))
+           .select("last_air_ts_ns", "station").unique("last_air_ts_ns").sort("last_air_ts_ns"))
+    if got.height == 0:
+        return None
+    d = got.get_column("last_air_ts_ns").to_numpy()
+    up = ctx.between("uplink", t_o - int(rto_ms * 1e6), t_r + int(rto_ms * 1e6))
+    u = (up.filter((pl.col("flow") == reverse_flow(flow)) & pl.col("first_air_ts_ns").is_not_null())
+         .get_column("first_air_ts_ns").sort().to_numpy() if up.height and "first_air_ts_ns" in up.columns
+         else np.zeros(0, np.int64))
+    k = np.searchsorted(u, d, side="right")
+    nxt = np.full(len(d), t_r, np.int64)
+    has = k < len(u)
+    nxt[has] = np.minimum(u[k[has]], t_r)
+    held = nxt - d
+    i = int(np.argmax(held))
+    if held[i] < ACK_HELD_SHARE * (t_r - t_o):
+        return None
+    return {"flow_data": flow, "station": got["station"][i], "down_ms": round((int(d[i]) - t_o) / 1e6, 3),
+            "held_ms": round(int(held[i]) / 1e6, 3), "until_retransmission": bool(nxt[i] == t_r)}
 
 
 def _rto_text(host_rto_ms: float | None, rto_ms: float | None) -> str:
