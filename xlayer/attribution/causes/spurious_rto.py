@@ -109,7 +109,7 @@ def acks_held(ctx: Context, sp: pl.DataFrame, rto_ms: float | None) -> dict | No
     if down.height == 0 or "last_air_ts_ns" not in down.columns:
         return None
     got = (down.filter((pl.col("flow") == flow) & pl.col("last_air_ts_ns").is_between(t_o, t_r, closed="left")
-                       & pl.col("fate").is_in(["delivered", "air_unacked"]))
+                       & pl.col("fate").is_in(["delivered", "air_unacked"]) & pl.col("station").is_not_null())
            .select("last_air_ts_ns", "station").unique("last_air_ts_ns").sort("last_air_ts_ns"))
     if got.height == 0:
         return None
