@@ -49,6 +49,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a clone without installing
 
+from xlayer.attribution.causes.base import LEAD_NS
 from xlayer.attribution.incidents import Analysis, CauseFinding, Incident
 from xlayer.attribution.truthcheck import MIN_COVER, check
 
@@ -271,13 +272,14 @@ def trace_rate_fall(bundle: Path, start_s: float, end_s: float) -> float | None:
     return r_in / r_out if r_in is not None and r_out else None
 
 
-TRACE_LEAD_S = 0.5        # a traced event this long before an incident can still be what it shows (drops.LEAD)
+TRACE_LEAD_S = LEAD_NS / 1e9   # a traced event this long before an incident can still be what it shows
 
 
 def traced_events(bundle: Path, truth: dict, start_s: float, end_s: float) -> list[str]:
     """Return what the simulator's own traces show in [start_s - TRACE_LEAD_S, end_s) that drops goodput
     though nobody injected it: the server's RTO expirations, packets the AP dropped (queue full, retry
-    limit) and a fall of the AP's effective PHY rate under TRACE_RATE_FALL of the rest of its run."""
+    limit) and, during the incident itself, a fall of the AP's effective PHY rate under TRACE_RATE_FALL of
+    the rest of its run."""
     import polars as pl
 
     a, b = start_s - TRACE_LEAD_S, end_s

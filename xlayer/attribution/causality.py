@@ -32,9 +32,10 @@ were too weak to see on their own), the measured split is the evidence and the r
 made from it, provided that part also grew by `ROOT_MIN_SHARE` of the rise of the late packets' delay
 on the AP's side in ms or the AP served each packet `SLOWER_SERVICE` times more slowly (`_carries_rise`:
 a share that grew inside a tenfold longer queue served as fast as before is not what pushed the delay
-past the RTO); otherwise the timeouts stay a root, the split in their evidence, and a
-queue that grew at an unchanged service per packet is named as such (`_queue_grew`).  Nothing is decided by which causes are named, only by these measured quantities:
-with no air capture, or with delay made on the wired path, the spurious timeouts stay a root.
+past the RTO); otherwise the timeouts stay a root, the split in their evidence, and a queue that grew
+at an unchanged service per packet is named as such (`_queue_grew`).  Nothing is decided by which
+causes are named, only by these measured quantities: with no air capture, or with delay made on the
+wired path, the spurious timeouts stay a root.
 
 A station whose PHY rate the `rate_change` finding measured falling is slow and retried because its
 link weakened: its `performance_anomaly` and `mac_retries` findings follow the rate change
@@ -309,9 +310,9 @@ def _queue_grew(f: CauseFinding, sp: delaysplit.Split) -> None:
     svc, svc_out = sp.extra.get("service_ms"), sp.extra.get("service_outside_ms")
     if max(delaysplit.PARTS, key=sp.grew) != "load" or not svc or not svc_out or svc >= SLOWER_SERVICE * svc_out:
         return
-    f.summary += (f"; the late packets waited {sp.inside['load']:.0f} ms in the AP queue ({sp.outside.get('load', 0.0):.0f}"
-                  f" ms outside the drops) of {sp.total_ms:.0f} ms, served at {svc:.2f} ms a packet "
-                  f"({svc_out:.2f} ms outside): more packets queued, the air no slower")
+    f.summary += (f"; the late packets waited {sp.inside['load']:.0f} ms in the AP queue "
+                  f"({sp.outside.get('load', 0.0):.0f} ms outside the drops) of {sp.total_ms:.0f} ms, "
+                  f"served at {svc:.2f} ms a packet ({svc_out:.2f} ms outside): more packets queued, the air no slower")
 
 
 def chain(found: list[CauseFinding]) -> dict[str, Any]:
