@@ -117,8 +117,7 @@ def _strongest_maker(sp: delaysplit.Split, found: list[CauseFinding], late: list
     if max(delaysplit.PARTS, key=sp.grew) == "wired" or sp.grew("load") <= 0:
         return None
     makers = [f for f in found if f.cause in DELAY_MAKERS]
-    svc, svc_out = sp.extra.get("service_ms"), sp.extra.get("service_outside_ms")
-    if not svc or not svc_out or svc < SLOWER_SERVICE * svc_out:
+    if not sp.served_slower(SLOWER_SERVICE):
         # the same work per packet: more packets ahead (load), unless a maker acted on the late packets
         makers = [f for f in makers if set(f.stations) & set(late)]
     if not makers:
@@ -275,10 +274,14 @@ def _explain_timeouts(ctx: Context, w: Window, found: list[CauseFinding]) -> lis
                    f"{s.inside[part] / s.total_ms:.0%} of the delay of the late packets (mean {s.total_ms:.0f} "
                    f"ms, {s.inside[part]:.0f} ms of it, {s.outside.get(part, 0.0):.0f} ms outside the drops; "
                    f"RTO {rto:.0f} ms)")
-    sp.numbers = {**sp.numbers, "delay_ms": {k: round(v, 3) for k, v in s.inside.items()},
-                  "delay_outside_ms": {k: round(v, 3) for k, v in s.outside.items()},
-                  "late_packets": s.packets}
+    _with_split(sp, s)
     return _pair(found, root, sp, because)
+
+
+def _with_split(f: CauseFinding, sp: delaysplit.Split) -> None:
+    """Put the late packets' delay split into a `spurious_rto` finding's numbers."""
+    f.numbers = {**f.numbers, "delay_ms": {k: round(v, 3) for k, v in sp.inside.items()},
+                 "delay_outside_ms": {k: round(v, 3) for k, v in sp.outside.items()}, "late_packets": sp.packets}
 
 
 def _carries_rise(sp: delaysplit.Split, part: str) -> bool:
@@ -293,22 +296,19 @@ def _carries_rise(sp: delaysplit.Split, part: str) -> bool:
     of a 408 ms rise).  A line held by retries does build a queue of plain work behind it, which the
     late packets then wait out with few retries in their own wait; but then the line served each
     packet more slowly, which is what the service time shows."""
-    ap_in = sum(v for k, v in sp.inside.items() if k != "wired")
-    ap_out = sum(v for k, v in sp.outside.items() if k != "wired")
-    if sp.grew(part) >= ROOT_MIN_SHARE * max(ap_in - ap_out, 0.0):
-        return True
-    svc, svc_out = sp.extra.get("service_ms"), sp.extra.get("service_outside_ms")
-    return bool(svc and svc_out and svc >= SLOWER_SERVICE * svc_out)
+    ap_in, ap_out = sp.ap_side()
+    return sp.grew(part) >= ROOT_MIN_SHARE * max(ap_in - ap_out, 0.0) or sp.served_slower(SLOWER_SERVICE)
 
 
 def _queue_grew(f: CauseFinding, sp: delaysplit.Split) -> None:
     """Add the delay split to a `spurious_rto` finding that stays a root, and say so in its summary when
     the late packets' delay grew as AP queue sojourn at the same service per packet: more packets queued
     (the flows' own windows), not a slower air."""
-    f.numbers = {**f.numbers, "delay_ms": {k: round(v, 3) for k, v in sp.inside.items()},
-                 "delay_outside_ms": {k: round(v, 3) for k, v in sp.outside.items()}, "late_packets": sp.packets}
+    _with_split(f, sp)
+    if max(delaysplit.PARTS, key=sp.grew) != "load" or sp.served_slower(SLOWER_SERVICE):
+        return
     svc, svc_out = sp.extra.get("service_ms"), sp.extra.get("service_outside_ms")
-    if max(delaysplit.PARTS, key=sp.grew) != "load" or not svc or not svc_out or svc >= SLOWER_SERVICE * svc_out:
+    if not svc or not svc_out:
         return
     f.summary += (f"; the late packets waited {sp.inside['load']:.0f} ms in the AP queue "
                   f"({sp.outside.get('load', 0.0):.0f} ms outside the drops) of {sp.total_ms:.0f} ms, "

@@ -85,6 +85,17 @@ class Split:
         """Return how much part `part` of the late packets' delay exceeds its mean outside the drops (ms, >= 0)."""
         return max(0.0, self.inside[part] - self.outside.get(part, 0.0))
 
+    def ap_side(self) -> tuple[float, float]:
+        """Return the late packets' delay on the AP's side (every part but the wired path) and its mean
+        outside the drops (ms)."""
+        return (sum(v for k, v in self.inside.items() if k != "wired"),
+                sum(v for k, v in self.outside.items() if k != "wired"))
+
+    def served_slower(self, factor: float) -> bool:
+        """Return whether the AP took `factor` times longer per packet than outside the drops."""
+        svc, svc_out = self.extra.get("service_ms"), self.extra.get("service_outside_ms")
+        return bool(svc and svc_out and svc >= factor * svc_out)
+
     def increase(self, part: str) -> float:
         """Return how much of the late packets' delay part `part` holds beyond its share outside the drops (ms, >= 0).
 
@@ -95,8 +106,7 @@ class Split:
         """
         if part == "wired" or not self.outside:
             return self.grew(part)
-        ap_in = sum(v for k, v in self.inside.items() if k != "wired")
-        ap_out = sum(v for k, v in self.outside.items() if k != "wired")
+        ap_in, ap_out = self.ap_side()
         if ap_out <= 0:
             return max(0.0, self.inside[part])
         return max(0.0, self.inside[part] - ap_in * self.outside.get(part, 0.0) / ap_out)
