@@ -604,6 +604,34 @@ def test_a_longer_queue_of_the_same_work_grows_no_part_of_the_line():
                             None).increase("wired") == pytest.approx(40.0)
 
 
+def _fragmented_for_all(b_retry: float, b_frag: float) -> list[dict]:
+    # every packet of every station goes as 3 fragments (0.7 ms of further fragments); in the window B's
+    # packets cost b_retry ms of retries and b_frag ms of further fragments each, and both stations'
+    # packets arrive faster than the line serves them
+    def frag(ps: list[dict]) -> list[dict]:
+        return [{**p, "frag": 0.7, "fragments": 3, "attempts": 3} for p in ps]
+    burst = [{"arrive": 10_000 + k, "station": "A", "flow": "f"} for k in range(400)]
+    burst = frag(burst) + [{"arrive": 10_000.5 + k, "station": "B", "flow": "g", "frag": b_frag, "fragments": 3,
+                            "retry": b_retry, "attempts": 3 + (b_retry > 0)} for k in range(400)]
+    return frag(_steady(8_000, 9_500, "C")) + burst + frag(_steady(12_000, 13_000, "C"))
+
+
+@pytest.mark.parametrize(("b_retry", "b_frag", "root"), [(0.5, 0.7, "mac_retries"), (0.0, 2.5, "fragmentation")])
+def test_a_hog_is_slowed_by_what_it_spends_beyond_the_others_not_by_what_all_spend(b_retry, b_frag, root):
+    # the first: B spends more of its service on its further fragments than on its retries, but every
+    # station's packets go as fragments alike: only B's retries make it slower than the others
+    ctx = _Ctx(_line(_fragmented_for_all(b_retry, b_frag)), signals={"A": -45.0, "B": -46.0, "C": -45.0}, quiet=QUIET)
+    hog = delaysplit.find_hog(ctx, W)
+    assert hog is not None and hog.station == "B" and not hog.weak_link
+    assert hog.slowed_by_fragments == (root == "fragmentation")
+    if root == "mac_retries":
+        assert hog.fragments_share > max(hog.retry_share, 0.25)
+        assert hog.retry_excess_ms > 0.4 and hog.fragments_excess_ms < 0.2 * hog.retry_excess_ms
+    # fragmentation found as the whole run's condition: the timeouts follow what made B slower
+    got = explain(ctx, W, _findings("spurious_rto", "fragmentation"))
+    assert got[0].cause == root and next(f for f in got if f.cause == "spurious_rto").explained_by == root
+
+
 def test_one_transmitter_fragmenting_for_every_station_is_one_condition():
     from xlayer.attribution.causes import fragmentation
 

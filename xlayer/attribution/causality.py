@@ -78,7 +78,9 @@ def root_cause(sp: delaysplit.Split, found: dict[str, CauseFinding]) -> tuple[st
     (`ap_queue_overflow` found); otherwise the cause part (retries, fragments, a hog) that grew the
     most is, when it made `ROOT_MIN_SHARE` of the increase of the late packets' delay.  A station
     holding the line on a good link is slow because its MAC keeps trying (its data or its RTS unanswered:
-    a deaf or interfered receiver), unless its further fragments are what takes the time.
+    a deaf or interfered receiver), unless its further fragments are what it spends beyond the others
+    per packet (`Hog.slowed_by_fragments`: a threshold that fragments everyone's packets alike is not
+    what makes one station slower).
     """
     part = max(("hog", "retry", "fragments"), key=sp.increase)
     if "ap_queue_overflow" in found and sp.increase("load") >= sp.increase(part):
@@ -90,7 +92,7 @@ def root_cause(sp: delaysplit.Split, found: dict[str, CauseFinding]) -> tuple[st
         h = sp.hog
         if h.weak_link:
             return performance_anomaly.NAME, part
-        if h.fragments_share > 0.25 and h.fragments_share > h.retry_share:
+        if h.slowed_by_fragments:
             return fragmentation.NAME, part
         return ("interference" if "interference" in found else mac_retries.NAME), part
     if part == "retry":

@@ -53,6 +53,16 @@ class Hog:
     signal_db_below: float | None  # its signal below the others' median (dB; None: unknown)
     retry_share: float             # of its own service time
     fragments_share: float
+    retry_excess_ms: float = 0.0   # its retry time per packet beyond the others' median (ms)
+    fragments_excess_ms: float = 0.0   # the same for its further fragments
+
+    @property
+    def slowed_by_fragments(self) -> bool:
+        """Return whether its further fragments, not its retries, are what it spends beyond the others.
+
+        A threshold that splits every station's packets alike costs each of them the same per packet:
+        only the part a station pays beyond the others' per-packet cost makes it the hog."""
+        return self.fragments_excess_ms > 0 and self.fragments_excess_ms > self.retry_excess_ms
 
     @property
     def weak_link(self) -> bool:
@@ -203,10 +213,13 @@ def find_hog(ctx: Context, w: Window, d: pl.DataFrame | None = None) -> Hog | No
     others = [s for s in per["station"].to_list() if s != st]
     orates = [rates[s] for s in others if s in rates]
     osig = [sig[s] for s in others if s in sig]
+    rt_pp, fr_pp = per["rt"].to_numpy() / n, per["fr"].to_numpy() / n
     return Hog(st, float(excess[i]), float(t[i] / total), float(n[i] / n.sum()), float(cost[i] / 1e6),
                float(np.median(np.delete(cost, i)) / 1e6), rates.get(st), float(np.median(orates)) if orates else None,
                float(np.median(osig) - sig[st]) if st in sig and osig else None,
-               float(per["rt"][i] / max(t[i], 1)), float(per["fr"][i] / max(t[i], 1)))
+               float(per["rt"][i] / max(t[i], 1)), float(per["fr"][i] / max(t[i], 1)),
+               float(rt_pp[i] - np.median(np.delete(rt_pp, i))) / 1e6,
+               float(fr_pp[i] - np.median(np.delete(fr_pp, i))) / 1e6)
 
 
 NO_SPANS = (np.zeros(0, np.int64), np.zeros(0, np.int64))
