@@ -19,7 +19,7 @@ import pytest
 from tests.helpers.common import REPO, sim_bundle
 from xlayer.attribution.analyze import analyze
 from xlayer.attribution.causes import cause_names
-from xlayer.attribution.drops import DropConfig, find_drops, merge_windows
+from xlayer.attribution.drops import DropConfig, find_drops, merge_windows, path_drops
 from xlayer.attribution.truthcheck import check
 
 ROOT = REPO
@@ -72,6 +72,40 @@ def test_windows_merge_across_flows() -> None:
                       "baseline_bps": [1.0] * 3, "mean_bps": [0.1] * 3})
     w = merge_windows(d, gap_ns=10)
     assert [(s, e, x["flow"].to_list()) for s, e, x in w] == [(0, 300, ["a", "b"]), (5_000, 6_000, ["c"])]
+
+
+def _flows(per_flow: dict[str, list[float]]) -> pl.DataFrame:
+    return pl.concat([_series(v, f) for f, v in per_flow.items()])
+
+
+def test_flows_falling_together_are_a_drop_of_the_path() -> None:
+    cfg = DropConfig(warmup_s=0.0)
+    rng = np.random.default_rng(7)
+    noisy = {f: list(10e6 * (1 + 0.3 * rng.uniform(-1, 1, 200))) for f in ("a", "b", "c")}
+    # independent +-30 % noise on each of three flows: their sum holds, no drop of the path
+    assert path_drops(_flows(noisy), cfg).height == 0
+    # all three lose 35 % for 0.8 s (a station retried for a burst holds the AP queue for everyone):
+    # none falls to half of its own level, the path lost a third of its throughput
+    fell = {f: v[:100] + [x * 0.65 for x in v[100:108]] + v[108:] for f, v in noisy.items()}
+    assert find_drops(_flows(fell), cfg).height == 0
+    d = path_drops(_flows(fell), cfg)
+    assert sorted(d["flow"].to_list()) == ["a", "b", "c"]
+    assert set(d["start_ns"].to_list()) == {100 * 100_000_000} and set(d["end_ns"].to_list()) == {108 * 100_000_000}
+    # the same fall for 0.3 s loses less than one flow's shortest drop (half its goodput for 0.3 s): none
+    brief = {f: v[:100] + [x * 0.65 for x in v[100:103]] + v[103:] for f, v in noisy.items()}
+    assert path_drops(_flows(brief), cfg).height == 0
+    # nor is a sum still climbing (a long slow start on a fast link) a fall
+    climb = {f: [8e6] * 10 + [6e6] * 6 + [10e6] * 184 for f in ("a", "b", "c")}
+    assert path_drops(_flows(climb), cfg).height == 0
+    # one flow backs off and the others take its share: the sum holds, TCP sharing, no drop of the path
+    shared = {"a": [10e6] * 100 + [4e6] * 8 + [10e6] * 92, "b": [10e6] * 100 + [13e6] * 8 + [10e6] * 92,
+              "c": [10e6] * 100 + [13e6] * 8 + [10e6] * 92}
+    assert path_drops(_flows(shared), cfg).height == 0
+    # only the flows that fell are listed; and one flow alone is judged by its own threshold only
+    part = {"a": [10e6] * 100 + [3e6] * 8 + [10e6] * 92, "b": [10e6] * 100 + [6e6] * 8 + [10e6] * 92,
+            "c": [10e6] * 200}
+    assert sorted(path_drops(_flows(part), cfg)["flow"].to_list()) == ["a", "b"]
+    assert path_drops(_flows({"a": fell["a"]}), cfg).height == 0
 
 
 def _shipped() -> list[Path]:

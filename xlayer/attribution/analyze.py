@@ -36,6 +36,7 @@ from xlayer.attribution.drops import (
     SHARED_KEPT,
     DropConfig,
     aggregate_kept,
+    path_drops,
     data_flows,
     find_drops,
     flow_goodput,
@@ -220,7 +221,8 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
     if cfg.window is not None:
         t0 = ctx.span[0]
         span = (t0 + int(cfg.window[0] * NS), t0 + int(cfg.window[1] * NS))
-    drops = find_drops(g, cfg, span, warmups(ctx.table("rtt"), cfg))
+    warm = warmups(ctx.table("rtt"), cfg)
+    drops = pl.concat([find_drops(g, cfg, span, warm), path_drops(g, cfg, span, warm)])
     windows = []
     for s, e, d in merge_windows(drops, int(cfg.merge_gap_s * NS)):
         flows = d["flow"].unique(maintain_order=True).to_list()

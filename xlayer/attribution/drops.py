@@ -17,6 +17,12 @@ last bin.  A drop is a run of smoothed bins below
 `threshold` x baseline lasting at least `min_duration_s`; runs closer than `merge_gap_s` are one.
 Windows of different flows that overlap (or nearly: `merge_gap_s`) are merged into one incident
 window, as study 001 read its plots: flows that drop together share a cause.
+
+Flows sharing a path also fall together by less than that: a station retried for a burst holds the
+AP's queue for every station behind it, and each flow loses a third.  TCP flows hold their summed
+goodput when only their shares move, so a fall of the sum under `SHARED_KEPT` of its steady state,
+from that level (`path_drops`), is a drop of the path, with the flows that fell in it.  The same
+ratio decides the converse: one flow's drop while the sum kept `SHARED_KEPT` is sharing, no incident.
 """
 from __future__ import annotations
 
@@ -223,6 +229,72 @@ def aggregate_kept(g: pl.DataFrame, start_ns: int, end_ns: int, cfg: DropConfig)
         return None
     base = float(np.median(y[steady]))
     return float(y[inside].mean()) / base if base > 0 else None
+
+
+FALL_FROM_NS = NS      # a fall of the path is from its steady level within this long before it
+
+
+def path_drops(g: pl.DataFrame, cfg: DropConfig, span: tuple[int, int] | None = None,
+               warmup_ns: dict[str, int] | None = None) -> pl.DataFrame:
+    """Return one row per data flow that fell during a fall of the path (`find_drops`' columns).
+
+    TCP flows sharing a path hold their summed goodput: one backs off, the others take its share
+    (`aggregate_kept`).  When the sum of two or more data flows falls under `SHARED_KEPT` of its
+    steady state (its median after every flow's warm-up) for `min_duration_s`, the path itself lost
+    throughput, though no single flow fell to `threshold` of its own: a station retried for a burst
+    holds the AP's queue for every station behind it.  It must be a fall: within `FALL_FROM_NS` before
+    it, the sum stood at its steady level (a sum still climbing, many flows' slow start on a fast
+    link, is not one).  A shallower fall is as sure only when it lost as much: the sum's shortfall
+    over the window (seconds of its steady goodput) is at least that of the shortest drop of one
+    flow, (1 - `threshold`) x `min_duration_s`.  The flows listed are those whose goodput in the window was under
+    `SHARED_KEPT` of their own median (the others held; nothing to explain)."""
+    schema = {"flow": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64, "baseline_bps": pl.Float64,
+              "mean_bps": pl.Float64}
+    if g.height == 0 or g["flow"].n_unique() < 2:
+        return pl.DataFrame(schema=schema)
+    agg = g.group_by("bin_start_ns").agg(pl.col("goodput_bps").sum(), pl.col("bin_ns").first()).sort("bin_start_ns")
+    t, y = agg["bin_start_ns"].to_numpy(), agg["goodput_bps"].to_numpy().astype(float)
+    bin_ns = int(agg["bin_ns"][0])
+    ys = pl.Series(y).rolling_mean(cfg.smooth_bins, min_samples=1, center=True).to_numpy()
+    warm = max((warmup_ns or {}).values(), default=int(cfg.warmup_s * NS))
+    firsts = g.group_by("flow").agg(pl.col("bin_start_ns").min())["bin_start_ns"]
+    inside = t >= int(firsts.max()) + max(warm, int(cfg.warmup_s * NS))
+    if t.size:
+        inside[-1] = False
+    if span is not None:
+        inside &= (t >= span[0]) & (t + bin_ns <= span[1])
+    if inside.sum() < 3:
+        return pl.DataFrame(schema=schema)
+    base = float(np.median(ys[inside]))
+    if base <= 0:
+        return pl.DataFrame(schema=schema)
+    low = (ys < SHARED_KEPT * base) & inside
+    gap = max(1, int(round(cfg.merge_gap_s * NS / bin_ns)))
+    merged: list[list[int]] = []
+    for a, b in _runs(low):
+        if merged and a - merged[-1][1] <= gap:
+            merged[-1][1] = b
+        else:
+            merged.append([a, b])
+    rows = []
+    steady = pl.Series(t[inside])
+    first = int(np.argmax(inside))
+    before = max(1, int(round(FALL_FROM_NS / bin_ns)))
+    for a, b in merged:
+        if (b - a) * bin_ns < cfg.min_duration_s * NS:
+            continue
+        if a <= first or float(ys[max(first, a - before):a].max()) < base:
+            continue        # no fall from the steady level: a climb still under way (a long slow start)
+        if float((1.0 - ys[a:b] / base).sum()) * bin_ns < (1.0 - cfg.threshold) * cfg.min_duration_s * NS:
+            continue        # less throughput lost than the shortest drop of one flow loses
+        s, e = int(t[a]), int(t[b - 1]) + bin_ns
+        for (flow,), part in g.group_by("flow", maintain_order=True):
+            own = part.filter(pl.col("bin_start_ns").is_in(steady.implode()))["goodput_bps"]
+            fb = float(own.median()) if own.len() else 0.0
+            win = part.filter((pl.col("bin_start_ns") >= s) & (pl.col("bin_start_ns") < e))["goodput_bps"]
+            if fb > 0 and win.len() and float(win.mean()) < SHARED_KEPT * fb:
+                rows.append({"flow": flow, "start_ns": s, "end_ns": e, "baseline_bps": fb, "mean_bps": float(win.mean())})
+    return pl.DataFrame(rows, schema=schema)
 
 
 def merge_windows(drops: pl.DataFrame, gap_ns: int) -> list[tuple[int, int, pl.DataFrame]]:

@@ -6,6 +6,7 @@ import json
 import sys
 from typing import Any
 
+from xlayer.attribution.drops import SHARED_KEPT, DropConfig
 from xlayer.cli.common import add_bundle_argument, add_timeline_options
 from xlayer.signals import stop_on_signals
 from xlayer.text import clock_text, safe_text
@@ -158,7 +159,6 @@ def _resent_text(rt: Any) -> str | None:
 def cmd_analyze(args: argparse.Namespace) -> int:
     """Analyze a bundle and print the summary or JSON; return the exit code."""
     from xlayer.attribution.analyze import analyze
-    from xlayer.attribution.drops import DropConfig
     from xlayer.cli.common import open_from_args, require_packets, steps, unread_note
 
     stop_on_signals()
@@ -214,22 +214,26 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "analyze", help="find where throughput dropped and rank the causes, with the evidence",
         description="Align BUNDLE's captures, find windows where a flow's goodput fell well below its own "
-        "steady state (or a condition that held all run), and score every cause on every layer's evidence.")
+        f"steady state, or the data flows' summed goodput below {SHARED_KEPT:.0%} of its own (or a condition that "
+        "held all run), and score every cause on every layer's evidence.")
     add_bundle_argument(p)
     p.add_argument("--json", action="store_true",
                    help='print {"incidents": [{start, end, cause, confidence, causes, flows, stations, evidence, '
                    'frames}], "flows": [...], "alignment": {...}, "tags": {...}, "notes": [...]} (times: reference '
                    'epoch seconds; notes: captures read partly, and flows left out of drop detection and why)')
-    p.add_argument("--threshold", type=float, default=0.5, metavar="F",
-                   help="a drop is goodput below F x the flow's steady state (default 0.5)")
-    p.add_argument("--min-duration", type=float, default=0.3, metavar="S", help="shortest drop, seconds (default 0.3)")
-    p.add_argument("--min-rate", type=bits_per_s, default=100_000.0, metavar="BITS_PER_S",
+    d = DropConfig()
+    p.add_argument("--threshold", type=float, default=d.threshold, metavar="F",
+                   help=f"a drop is goodput below F x the flow's steady state (default {d.threshold:g})")
+    p.add_argument("--min-duration", type=float, default=d.min_duration_s, metavar="S",
+                   help=f"shortest drop, seconds (default {d.min_duration_s:g})")
+    p.add_argument("--min-rate", type=bits_per_s, default=d.min_rate_bps, metavar="BITS_PER_S",
                    help="drop detection considers only data flows: flows carrying at least this much transport "
-                   "payload on average, bit/s, k/M suffix allowed (default 100k); slower flows are left out and "
-                   "named in the notes, with their retransmissions")
-    p.add_argument("--min-flow-duration", type=seconds_at_least_0, default=1.0, metavar="S",
+                   f"payload on average, bit/s, k/M suffix allowed (default {d.min_rate_bps / 1e3:g}k); slower flows "
+                   "are left out and named in the notes, with their retransmissions")
+    p.add_argument("--min-flow-duration", type=seconds_at_least_0, default=d.min_flow_duration_s, metavar="S",
                    help="drop detection considers only data flows lasting at least S seconds from their first to "
-                   "their last packet (default 1); shorter flows are left out and named in the notes")
+                   f"their last packet (default {d.min_flow_duration_s:g}); shorter flows are left out and named in "
+                   "the notes")
     p.add_argument("--window", type=float, nargs=2, metavar=("FROM", "TO"),
                    help="analysis window, seconds from the bundle's first packet (study 001 used 50 100)")
     add_timeline_options(p)
