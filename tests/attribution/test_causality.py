@@ -330,6 +330,26 @@ def test_a_whole_run_condition_explains_another_causes_span_only_by_how_much_it_
         assert f is None or f.confidence < 0.05
 
 
+@pytest.mark.parametrize(("out_frags", "in_frags", "explains"), [(1, 2, True), (4, 5, False), (4, 8, True)])
+def test_a_drop_is_explained_by_fragments_only_as_far_as_they_multiplied(out_frags, in_frags, explains):
+    from xlayer.attribution.causes import fragmentation
+
+    # every packet costs its fragments' overheads: one more fragment on four (+25 % line time per packet)
+    # cannot halve the goodput, one more on one (twice the line time) can
+    def sent(t0: int, t1: int, n: int, seq0: int) -> list[dict]:
+        return [{"ts_ns": t0 + k * MS, "station": "A", "ta": "ap", "mac_seq": (seq0 + k // n) % 4096, "frag": k % n,
+                 "capture_file": "s.pcap", "frame": t0 // MS + k} for k in range(0, (t1 - t0) // MS // n * n)]
+    rows = sent(4_000 * MS, 10_000 * MS, out_frags, 0) + sent(10_000 * MS, 12_000 * MS, in_frags, 3_000)
+    rows += sent(12_000 * MS, 16_000 * MS, out_frags, 2_000)
+    ctx = _Ctx(_line(_steady(8_000, 12_000)), quiet=[(10_000 * MS, 12_000 * MS)])
+    ctx.tables["attempts"] = pl.DataFrame(rows)
+    f = fragmentation.score(ctx, Window(10_000 * MS, 12_000 * MS, ["f"], ["A"], "drop", None))
+    if explains:
+        assert f is not None and f.confidence > 0.5
+    else:
+        assert f is None or f.confidence < 0.25
+
+
 def _spread(slow_every: int | None, t0: int, t1: int) -> list[dict]:
     """Return A's downlink transmissions every 2 ms in [t0, t1) at 54 Mbit/s, every `slow_every`-th at 6."""
     return [{"ts_ns": t, "station": "A", "direction": "down", "capture_file": "s.pcap",

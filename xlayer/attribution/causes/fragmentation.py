@@ -4,6 +4,9 @@ Every fragment pays its own preamble, header, SIFS and ACK, so goodput falls wit
 Evidence: fragments per MSDU of the stations' data in the window (transmissions of distinct
 (transmitter, sequence number, fragment) over distinct (transmitter, sequence number)) and the
 airtime spent on headers and ACKs.  A fixed threshold holds all run long, so it proposes windows.
+Inside a drop it explains the fall only by how much the fragments per packet multiplied against
+outside the drops (a doubling, twice the line time per packet, explains a halving fully): one
+fragment more on four is a quarter more, not the cause of a collapse.
 """
 from __future__ import annotations
 
@@ -42,7 +45,10 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
         if w.stations:
             out = out.filter(pl.col("station").is_in(w.stations))
         fpm_out, _, msdus_out = _fpm(out) if out.height else (0.0, 0, 0)
-        conf *= rose(w, fpm, fpm_out if msdus_out >= MIN_MSDUS else None, 1.0, NAME)
+        # each fragment pays its own overhead, so a packet's line time grows with its fragments: the
+        # rise that halves goodput (a drop) is a doubling of them, whatever their number before
+        known = msdus_out >= MIN_MSDUS and fpm_out > 0
+        conf *= rose(w, fpm / fpm_out if known else 1.0, 1.0 if known else None, 1.0, NAME)
     if conf < 0.05:
         return None
     fr = att.filter(pl.col("frag") > 0)
