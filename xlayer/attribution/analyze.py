@@ -36,12 +36,12 @@ from xlayer.attribution.drops import (
     SHARED_KEPT,
     DropConfig,
     aggregate_kept,
-    path_drops,
     data_flows,
     find_drops,
     flow_goodput,
     left_out,
     merge_windows,
+    path_drops,
     warmups,
 )
 from xlayer.attribution.incidents import Analysis, CauseFinding, Incident

@@ -246,8 +246,8 @@ def path_drops(g: pl.DataFrame, cfg: DropConfig, span: tuple[int, int] | None = 
     it, the sum stood at its steady level (a sum still climbing, many flows' slow start on a fast
     link, is not one).  A shallower fall is as sure only when it lost as much: the sum's shortfall
     over the window (seconds of its steady goodput) is at least that of the shortest drop of one
-    flow, (1 - `threshold`) x `min_duration_s`.  The flows listed are those whose goodput in the window was under
-    `SHARED_KEPT` of their own median (the others held; nothing to explain)."""
+    flow, (1 - `threshold`) x `min_duration_s`.  The flows listed are those whose goodput in the
+    window was under `SHARED_KEPT` of their own median (the others held; nothing to explain)."""
     schema = {"flow": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64, "baseline_bps": pl.Float64,
               "mean_bps": pl.Float64}
     if g.height == 0 or g["flow"].n_unique() < 2:
@@ -293,7 +293,8 @@ def path_drops(g: pl.DataFrame, cfg: DropConfig, span: tuple[int, int] | None = 
             fb = float(own.median()) if own.len() else 0.0
             win = part.filter((pl.col("bin_start_ns") >= s) & (pl.col("bin_start_ns") < e))["goodput_bps"]
             if fb > 0 and win.len() and float(win.mean()) < SHARED_KEPT * fb:
-                rows.append({"flow": flow, "start_ns": s, "end_ns": e, "baseline_bps": fb, "mean_bps": float(win.mean())})
+                rows.append({"flow": flow, "start_ns": s, "end_ns": e, "baseline_bps": fb,
+                             "mean_bps": float(win.mean())})
     return pl.DataFrame(rows, schema=schema)
 
 
