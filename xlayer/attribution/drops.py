@@ -145,6 +145,19 @@ def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist()))
 
 
+def _low_runs(low: np.ndarray, bin_ns: int, cfg: DropConfig) -> list[tuple[int, int]]:
+    """Return [start, end) bin index pairs of the low runs, those `merge_gap_s` apart or less joined
+    (one drop, not several), lasting `min_duration_s` or more."""
+    gap = max(1, int(round(cfg.merge_gap_s * NS / bin_ns)))
+    merged: list[list[int]] = []
+    for a, b in _runs(low):
+        if merged and a - merged[-1][1] <= gap:
+            merged[-1][1] = b
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged if (b - a) * bin_ns >= cfg.min_duration_s * NS]
+
+
 WARMUP_RTTS = 10        # slow start reaches a path's window within this many base round trips
 
 
@@ -189,18 +202,7 @@ def find_drops(g: pl.DataFrame, cfg: DropConfig, span: tuple[int, int] | None = 
         if base <= 0:
             continue
         low = (y < cfg.threshold * base) & inside
-        # Close short gaps between low runs: one drop, not several.
-        gap = max(1, int(round(cfg.merge_gap_s * NS / bin_ns)))
-        runs = _runs(low)
-        merged: list[list[int]] = []
-        for a, b in runs:
-            if merged and a - merged[-1][1] <= gap:
-                merged[-1][1] = b
-            else:
-                merged.append([a, b])
-        for a, b in merged:
-            if (b - a) * bin_ns < cfg.min_duration_s * NS:
-                continue
+        for a, b in _low_runs(low, bin_ns, cfg):
             rows.append({"flow": flow, "start_ns": int(t[a]), "end_ns": int(t[b - 1]) + bin_ns,
                          "baseline_bps": base, "mean_bps": float(raw[a:b].mean())})
     schema = {"flow": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64, "baseline_bps": pl.Float64,
@@ -209,6 +211,12 @@ def find_drops(g: pl.DataFrame, cfg: DropConfig, span: tuple[int, int] | None = 
 
 
 SHARED_KEPT = 0.75       # the flows' aggregate kept this share of its baseline: sharing shifted, no drop
+
+
+def _summed(g: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Return (bin start ns, the data flows' summed goodput bit/s) per bin, in time order."""
+    agg = g.group_by("bin_start_ns").agg(pl.col("goodput_bps").sum()).sort("bin_start_ns")
+    return agg["bin_start_ns"].to_numpy(), agg["goodput_bps"].to_numpy().astype(float)
 
 
 def aggregate_kept(g: pl.DataFrame, start_ns: int, end_ns: int, cfg: DropConfig) -> float | None:
@@ -220,8 +228,7 @@ def aggregate_kept(g: pl.DataFrame, start_ns: int, end_ns: int, cfg: DropConfig)
     """
     if g.height == 0:
         return None
-    agg = g.group_by("bin_start_ns").agg(pl.col("goodput_bps").sum()).sort("bin_start_ns")
-    t, y = agg["bin_start_ns"].to_numpy(), agg["goodput_bps"].to_numpy().astype(float)
+    t, y = _summed(g)
     steady = t >= t[0] + int(cfg.warmup_s * NS)
     steady[-1] = False
     inside = (t >= start_ns) & (t < end_ns)
@@ -252,9 +259,8 @@ def path_drops(g: pl.DataFrame, cfg: DropConfig, span: tuple[int, int] | None = 
               "mean_bps": pl.Float64}
     if g.height == 0 or g["flow"].n_unique() < 2:
         return pl.DataFrame(schema=schema)
-    agg = g.group_by("bin_start_ns").agg(pl.col("goodput_bps").sum(), pl.col("bin_ns").first()).sort("bin_start_ns")
-    t, y = agg["bin_start_ns"].to_numpy(), agg["goodput_bps"].to_numpy().astype(float)
-    bin_ns = int(agg["bin_ns"][0])
+    t, y = _summed(g)
+    bin_ns = int(g["bin_ns"][0])
     ys = pl.Series(y).rolling_mean(cfg.smooth_bins, min_samples=1, center=True).to_numpy()
     warm = max((warmup_ns or {}).values(), default=int(cfg.warmup_s * NS))
     firsts = g.group_by("flow").agg(pl.col("bin_start_ns").min())["bin_start_ns"]
@@ -269,20 +275,11 @@ def path_drops(g: pl.DataFrame, cfg: DropConfig, span: tuple[int, int] | None = 
     if base <= 0:
         return pl.DataFrame(schema=schema)
     low = (ys < SHARED_KEPT * base) & inside
-    gap = max(1, int(round(cfg.merge_gap_s * NS / bin_ns)))
-    merged: list[list[int]] = []
-    for a, b in _runs(low):
-        if merged and a - merged[-1][1] <= gap:
-            merged[-1][1] = b
-        else:
-            merged.append([a, b])
     rows = []
     steady = pl.Series(t[inside])
     first = int(np.argmax(inside))
     before = max(1, int(round(FALL_FROM_NS / bin_ns)))
-    for a, b in merged:
-        if (b - a) * bin_ns < cfg.min_duration_s * NS:
-            continue
+    for a, b in _low_runs(low, bin_ns, cfg):
         if a <= first or float(ys[max(first, a - before):a].max()) < base:
             continue        # no fall from the steady level: a climb still under way (a long slow start)
         if float((1.0 - ys[a:b] / base).sum()) * bin_ns < (1.0 - cfg.threshold) * cfg.min_duration_s * NS:
