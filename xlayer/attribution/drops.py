@@ -262,9 +262,9 @@ def path_drops(g: pl.DataFrame, cfg: DropConfig, span: tuple[int, int] | None = 
     t, y = _summed(g)
     bin_ns = int(g["bin_ns"][0])
     ys = pl.Series(y).rolling_mean(cfg.smooth_bins, min_samples=1, center=True).to_numpy()
-    warm = max((warmup_ns or {}).values(), default=int(cfg.warmup_s * NS))
+    warm = max([*(warmup_ns or {}).values(), int(cfg.warmup_s * NS)])
     firsts = g.group_by("flow").agg(pl.col("bin_start_ns").min())["bin_start_ns"]
-    inside = t >= int(firsts.max()) + max(warm, int(cfg.warmup_s * NS))
+    inside = t >= int(firsts.max()) + warm
     if t.size:
         inside[-1] = False
     if span is not None:
