@@ -918,7 +918,7 @@ def pair_tables(a: Keyed, b: Keyed, flows: pl.Series | None = None,
             .join(per, on="fh", how="left").join(names, on="fh")
             .with_columns(pl.col("bursts", "max_burst_len").fill_null(0),
                           (pl.col("lost") / pl.col("sent")).alias("loss_ratio"), *lit))
-    bursts = bursts.join(names, on="fh").with_columns(*lit).sort("fh", "start_ts_ns")
+    bursts = bursts.join(names, on="fh").with_columns(*lit).sort("fh", "start_ts_ns", "first_frame_a")
     if owd_flows is not None:
         owd = owd.filter(pl.col("fh").is_in(owd_flows.implode()))
     owd = owd.join(names, on="fh", how="left", maintain_order="left")
