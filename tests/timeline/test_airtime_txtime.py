@@ -179,3 +179,41 @@ def test_two_ampdus_do_not_mix():
     out = airtime(pl.concat([a, b]))
     # 3 MPDUs: (16 + 37056 + 6) / 8166.67 = 4.5 -> 5 symbols: 52 + 80 = 132 µs; 64: 1604 µs (table)
     assert out["ppdu_ns"].to_list() == [132_000] * 3 + [1_604_000] * 64
+
+
+def test_an_ampdu_split_by_other_records_is_still_one_ppdu():
+    # Its records are found by reference number, not by being consecutive (two radios in one file).
+    a = _frames([MPDU] * 3, "ht", 7, 1, 20, 65.0, ref=5)
+    other = _frames([MPDU], "ht", 7, 1, 20, 65.0, ref=6)
+    out = airtime(pl.concat([a.slice(0, 2), other, a.slice(2, 1)]))
+    # HT, 3 subframes: 1544 + 1544 + 1542 bytes
+    assert out["ppdu_bytes"].to_list() == [4630, 4630, 1542, 4630]
+    assert out["ppdu_ns"][0] == out["ppdu_ns"][3] != out["ppdu_ns"][2]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_consecutive_ampdus_are_measured_as_when_grouped_by_reference(seed):
+    # `_per_ppdu_runs` (sums over runs of consecutive records) against `_per_ppdu` (grouping by
+    # reference number) on random A-MPDUs and records outside any, with unknown lengths, missing
+    # sequence numbers and flags.
+    from xlayer.timeline.airtime import _per_ppdu, _per_ppdu_runs, _runs
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 12, 400)
+    n = int(sizes.sum())
+    ref = np.repeat(np.where(rng.random(len(sizes)) < 0.15, np.nan, np.arange(len(sizes))), sizes)
+    seq = np.cumsum(rng.choice([1, 1, 1, 2, 4095], n)) % 4096
+    d = pl.DataFrame({
+        "ampdu_ref": pl.Series(ref, dtype=pl.Float64, nan_to_null=True).cast(pl.UInt32),
+        "ampdu_flags": pl.Series(rng.choice([0, 0x04, 0x0C, 0x08], n), dtype=pl.Int32)
+        .set(pl.Series(rng.random(n) < 0.1), None),
+        "wlan_seq": pl.Series(seq, dtype=pl.Int32).set(pl.Series(rng.random(n) < 0.05), None),
+        "phy": rng.choice(["ht", "vht", "he", "ofdm", ""], n),
+        "mpdu": pl.Series(rng.integers(14, 2000, n), dtype=pl.Int64).set(pl.Series(rng.random(n) < 0.05), None),
+    })
+    runs = _runs(d["ampdu_ref"])
+    assert runs is not None
+    cols = ["sub", "ppdu_bytes", "upto_bytes", "tail_ok"]
+    want = _per_ppdu(d).select(cols)
+    got = _per_ppdu_runs(d, runs).select(cols)
+    assert got.equals(want, null_equal=True)
+    assert want["tail_ok"].sum() not in (0, n) and want["upto_bytes"].null_count() > 0

@@ -214,6 +214,13 @@ def _names(phy: np.ndarray) -> np.ndarray:
     return phy if phy.dtype.kind == "U" else phy.astype(str)
 
 
+def _phy_names(phy: pl.Series) -> np.ndarray:
+    """Return the PHY names of a column without nulls as a NumPy string array."""
+    # through the few distinct names: converting a million Python strings costs five times as much
+    names = phy.unique().sort()
+    return np.array(names.to_list(), dtype=str)[names.search_sorted(phy).to_numpy()]
+
+
 def table_ndbps(phy: np.ndarray, mcs: np.ndarray, nss: np.ndarray, bw_mhz: np.ndarray) -> np.ndarray:
     """Return N_DBPS of VHT and HE frames from their MCS, streams and bandwidth (NaN for others)."""
     phy = _names(phy)
@@ -340,7 +347,42 @@ def _airtime_slice(df: pl.DataFrame, mpdu: pl.Series) -> pl.DataFrame:
         (col("freq_mhz", None, pl.UInt16).cast(pl.Int32).is_between(2300, 2600)
          | (col("freq_mhz", None, pl.UInt16).is_null()
             & ((col("chan_flags", 0, pl.UInt16).fill_null(0).cast(pl.Int32) & 0x0080) != 0))).alias("g24"),
-    ).with_columns(mpdu.alias("mpdu")).with_row_index("_i")
+    ).with_columns(mpdu.alias("mpdu"))
+    runs = _runs(d.get_column("ampdu_ref"))
+    d = _per_ppdu(d) if runs is None else _per_ppdu_runs(d, runs)
+    ppdu_b = d["ppdu_bytes"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+    upto_b = d["upto_bytes"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+    dur = np.empty(d.height, dtype=np.float64)
+    upto = np.empty(d.height, dtype=np.float64)
+    # The formulas work element by element: in slices, their temporaries (and the PHY names as Python
+    # strings) stay small on millions of frames.
+    for lo in range(0, d.height, _SLICE):
+        p = d.slice(lo, _SLICE)
+        # the PHY names converted from Python strings once, not by each of the three formulas
+        phy = _phy_names(p["phy"])
+        args = (p["rate"].to_numpy(), phy, p["nss"].to_numpy(), p["short"].to_numpy(),
+                p["sgi"].to_numpy(), p["gi"].fill_null(np.nan).to_numpy(), p["g24"].fill_null(False).to_numpy())
+        nd = table_ndbps(phy, p["mcs"].fill_null(np.nan).to_numpy(), p["nss"].to_numpy(),
+                         p["bw_mhz"].fill_null(np.nan).to_numpy())
+        hi = lo + p.height
+        dur[lo:hi] = ppdu_duration_ns(ppdu_b[lo:hi], *args, ndbps=nd)
+        upto[lo:hi] = ppdu_duration_ns(upto_b[lo:hi], *args, ndbps=nd)
+        del p, args, phy
+    upto = np.where(d["tail_ok"].to_numpy(), np.minimum(upto, dur), np.nan)
+    share = dur * d["sub"].cast(pl.Float64).fill_null(np.nan).to_numpy() / ppdu_b
+    return pl.DataFrame({
+        "mpdu_bytes": d["mpdu"],
+        "ppdu_bytes": d["ppdu_bytes"],
+        "ppdu_ns": pl.Series(np.round(dur), dtype=pl.Float64, nan_to_null=True).cast(pl.Int64),
+        "share_ns": pl.Series(np.round(share), dtype=pl.Float64, nan_to_null=True).cast(pl.Int64),
+        "upto_ns": pl.Series(np.round(upto), dtype=pl.Float64, nan_to_null=True).cast(pl.Int64),
+    }, schema=_AIRTIME_SCHEMA)
+
+
+def _per_ppdu(d: pl.DataFrame) -> pl.DataFrame:
+    """Return `d` with sub (PSDU bytes of the record's subframe), ppdu_bytes, upto_bytes and tail_ok,
+    grouping the records of an A-MPDU by their reference number wherever they lie."""
+    d = d.with_row_index("_i")
     sub = 4 + (pl.col("mpdu") + 3) // 4 * 4       # A-MPDU subframe: delimiter + MPDU padded to 4 bytes
     is_last = pl.col("_i") == pl.col("_i").max().over("ampdu_ref")
     # VHT and HE: always an A-MPDU (a lone MPDU as an S-MPDU), every subframe padded (APEP_LENGTH)
@@ -364,33 +406,60 @@ def _airtime_slice(df: pl.DataFrame, mpdu: pl.Series) -> pl.DataFrame:
     d = d.with_columns(pl.when(pl.col("ampdu_ref").is_not_null())
                        .then(bad.cast(pl.Int32).cum_sum(reverse=True).over("ampdu_ref", order_by="_i") == 0)
                        .otherwise(True).alias("tail_ok"))
-    ppdu_b = d["ppdu_bytes"].cast(pl.Float64).fill_null(np.nan).to_numpy()
-    upto_b = d["upto_bytes"].cast(pl.Float64).fill_null(np.nan).to_numpy()
-    dur = np.empty(d.height, dtype=np.float64)
-    upto = np.empty(d.height, dtype=np.float64)
-    # The formulas work element by element: in slices, their temporaries (and the PHY names as Python
-    # strings) stay small on millions of frames.
-    for lo in range(0, d.height, _SLICE):
-        p = d.slice(lo, _SLICE)
-        # the PHY names converted from Python strings once, not by each of the three formulas
-        phy = _names(p["phy"].to_numpy())
-        args = (p["rate"].to_numpy(), phy, p["nss"].to_numpy(), p["short"].to_numpy(),
-                p["sgi"].to_numpy(), p["gi"].fill_null(np.nan).to_numpy(), p["g24"].fill_null(False).to_numpy())
-        nd = table_ndbps(phy, p["mcs"].fill_null(np.nan).to_numpy(), p["nss"].to_numpy(),
-                         p["bw_mhz"].fill_null(np.nan).to_numpy())
-        hi = lo + p.height
-        dur[lo:hi] = ppdu_duration_ns(ppdu_b[lo:hi], *args, ndbps=nd)
-        upto[lo:hi] = ppdu_duration_ns(upto_b[lo:hi], *args, ndbps=nd)
-        del p, args, phy
-    upto = np.where(d["tail_ok"].to_numpy(), np.minimum(upto, dur), np.nan)
-    share = dur * d["sub"].cast(pl.Float64).fill_null(np.nan).to_numpy() / ppdu_b
-    return pl.DataFrame({
-        "mpdu_bytes": d["mpdu"],
-        "ppdu_bytes": d["ppdu_bytes"],
-        "ppdu_ns": pl.Series(np.round(dur), dtype=pl.Float64, nan_to_null=True).cast(pl.Int64),
-        "share_ns": pl.Series(np.round(share), dtype=pl.Float64, nan_to_null=True).cast(pl.Int64),
-        "upto_ns": pl.Series(np.round(upto), dtype=pl.Float64, nan_to_null=True).cast(pl.Int64),
-    }, schema=_AIRTIME_SCHEMA)
+    return d
+
+
+def _runs(ref: pl.Series) -> np.ndarray | None:
+    """Return the first record of each A-MPDU (a run of records of one reference number; a record
+    without one is a run alone), or None when a reference number's records are not all consecutive."""
+    n = len(ref)
+    null = ref.is_null().to_numpy()
+    r = ref.fill_null(0).to_numpy()
+    new = np.ones(n, dtype=bool)
+    new[1:] = null[1:] | null[:-1] | (r[1:] != r[:-1])
+    # a reference seen again after others (two radios in one file, a counter that wrapped) groups
+    # records apart: only grouping by value (`_per_ppdu`) gives them one PPDU
+    if np.count_nonzero(new & ~null) != ref.drop_nulls().n_unique():
+        return None
+    return np.flatnonzero(new)
+
+
+def _per_ppdu_runs(d: pl.DataFrame, starts: np.ndarray) -> pl.DataFrame:
+    """Return `_per_ppdu(d)` where every A-MPDU's records are consecutive (`_runs`), by sums over runs."""
+    n = d.height
+    ends = np.append(starts[1:], n)
+    length = ends - starts
+    last = np.zeros(n, dtype=bool)
+    last[ends - 1] = True
+    null = d.get_column("ampdu_ref").is_null().to_numpy()
+    mpdu = d.get_column("mpdu")
+    unknown = mpdu.is_null().to_numpy()
+    m = mpdu.fill_null(0).cast(pl.Int64).to_numpy()
+    padded = 4 + (m + 3) // 4 * 4
+    vht_he = d.get_column("phy").is_in(["vht", "he"]).fill_null(False).to_numpy()
+    sub = np.where(vht_he, padded, np.where(null, m, np.where(last, 4 + m, padded)))
+    sub = np.where(unknown, 0, sub)          # a subframe of unknown length adds nothing to its PPDU's sums
+    total = np.add.reduceat(sub, starts)
+    cum = np.cumsum(sub)
+    upto = cum - np.repeat(cum[starts] - sub[starts], length)
+    ppdu = np.where(null, sub, np.repeat(total, length))
+    seq = d.get_column("wlan_seq")
+    q = seq.fill_null(0).cast(pl.Int64).to_numpy()
+    q_known = ~seq.is_null().to_numpy()
+    follows = np.zeros(n, dtype=bool)                   # the next record's sequence number is this one's + 1
+    follows[:-1] = ((q[1:] - q[:-1] + 4096) % 4096 == 1) & q_known[1:] & q_known[:-1]
+    flags = d.get_column("ampdu_flags").fill_null(0).cast(pl.Int64).to_numpy()
+    bad = np.where(last, ((flags & 0x04) != 0) & ((flags & 0x08) == 0), ~follows)
+    cum_bad = np.cumsum(bad)
+    bad_from_here = np.repeat(cum_bad[ends - 1], length) - cum_bad + bad
+    return d.with_columns(_ints("sub", sub, unknown), _ints("ppdu_bytes", ppdu, null & unknown),
+                          _ints("upto_bytes", upto, unknown), pl.Series("tail_ok", null | (bad_from_here == 0)))
+
+
+def _ints(name: str, values: np.ndarray, missing: np.ndarray) -> pl.Series:
+    """Return `values` as an Int64 column, null where `missing`."""
+    s = pl.Series(name, values, dtype=pl.Int64)
+    return s.set(pl.Series(missing), None) if missing.any() else s
 
 
 def airtime_ns(df: pl.DataFrame) -> pl.Series:
