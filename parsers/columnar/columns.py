@@ -168,6 +168,7 @@ class ColumnBuilder:
         self.ahead: dict | None = None      # the chunk's bytes gathered ahead (RecordChunk.ahead)
         self._rows_seen: object = None                  # the last row-index array written through,
         self._rows_at: tuple = (None, None)             # and its (index or slice, mask or None)
+        self._dictionary = False                        # to_arrow's string form (see there)
 
     def decodes(self, part: str) -> bool:
         """Return whether a layer or part of one (see Projection) is decoded in this read."""
@@ -370,13 +371,22 @@ class ColumnBuilder:
         return int(np.count_nonzero(self._malformed))
 
     # -- output ---------------------------------------------------------------
-    def to_arrow(self, base: dict[str, np.ndarray]) -> pa.Table:
-        """Return the chunk as an Arrow table in schema order (string columns as string views).
+    def to_arrow(self, base: dict[str, np.ndarray], dictionary: bool = False) -> pa.Table:
+        """Return the chunk as an Arrow table in schema order (string columns as string views, or
+        with `dictionary` as dictionary arrays of int32 codes into their distinct strings).
 
         base holds the container columns: an array each, or (values, validity) where some are null.
         """
         names = self.projection.columns
+        self._dictionary = dictionary
         return pa.table([self._column(name, SCHEMA[name], base) for name in names], names=list(names))
+
+    def _texts(self, texts: list, codes: np.ndarray, valid: np.ndarray) -> pa.Array:
+        """Return texts[codes[i]] at each row, null where not valid, in the table's string form."""
+        return _dict_at(texts, codes, valid) if self._dictionary else _texts_at(texts, codes, valid)
+
+    def _null_texts(self) -> pa.Array:
+        return _nulls(self.n, DICT_TYPE) if self._dictionary else _null_texts(self.n)
 
     def _column(self, name: str, dtype, base) -> pa.Array:
         n = self.n
@@ -386,17 +396,17 @@ class ColumnBuilder:
                                _arrow_type(dtype))
         if name == "malformed":
             if not self._malformed.any():
-                return _null_texts(n)
-            return _texts_at([None] + self._reasons[1:], self._malformed, self._malformed > 0)
+                return self._null_texts()
+            return self._texts([""] + self._reasons[1:], self._malformed, self._malformed > 0)
         if name in MAC_COLUMNS or name in IP_COLUMNS:
             return self._text_column(name)
         if name in self._codes:
             codes = self._codes[name]
-            return _texts_at(list(self._vocab[name]), codes, codes >= 0)
+            return self._texts(list(self._vocab[name]), codes, codes >= 0)
         if name in self._obj or dtype == SACK_DTYPE:
             d = self._obj.get(name)
             if not d:
-                return _null_texts(n) if dtype == pl.Utf8 else _nulls(n, _arrow_type(dtype))
+                return self._null_texts() if dtype == pl.Utf8 else _nulls(n, _arrow_type(dtype))
             # Sparse: build the few values, then spread them with a null-masked gather.
             rows = np.fromiter(d.keys(), np.int64, len(d))
             values = pa.array(list(d.values()), type=_arrow_type(dtype))
@@ -407,7 +417,7 @@ class ColumnBuilder:
             return pc.take(values, pa.array(idx, mask=~present))
         got = self.get(name)
         if got is None:
-            return _null_texts(n) if dtype == pl.Utf8 else _nulls(n, _arrow_type(dtype))
+            return self._null_texts() if dtype == pl.Utf8 else _nulls(n, _arrow_type(dtype))
         v, m = got
         if not m.any():
             return _nulls(n, _arrow_type(dtype))
@@ -416,13 +426,15 @@ class ColumnBuilder:
     def _text_column(self, name: str) -> pa.Array:
         got = self.get(name)
         if got is None or not got[1].any():
-            return _null_texts(self.n)
+            return self._null_texts()
         v, m = got
         # Hash-encode the distinct addresses (a capture has few), format each once, then gather.
         # Null rows are encoded too (whatever their value): cheaper than masking, and never shown.
         if name in MAC_COLUMNS:
             enc = pc.dictionary_encode(pa.array(v))
             uniq = enc.dictionary.to_numpy(zero_copy_only=False)
+            if self._dictionary:
+                return _dict_at(_mac_strings(uniq), enc.indices.to_numpy(), m)
             if not _VIEWS:
                 return _texts_at([mac_text(int(u)) for u in uniq], enc.indices.to_numpy(), m)
             return _views_at(*_mac_views(uniq), enc.indices.to_numpy(), m)
@@ -430,7 +442,7 @@ class ColumnBuilder:
         if not (ver == 6).any():     # IPv4 only: the 32-bit value is the key
             enc = pc.dictionary_encode(pa.array(v))
             texts = [str(ipaddress.IPv4Address(int(u) & 0xFFFFFFFF)) for u in enc.dictionary.to_pylist()]
-            return _texts_at(texts, enc.indices.to_numpy(), m)
+            return self._texts(texts, enc.indices.to_numpy(), m)
         key = np.empty((self.n, 17), dtype=np.uint8)
         key[:, 0] = ver
         key[:, 1:9] = self._vals[name + "#hi"].astype(">u8").view(np.uint8).reshape(-1, 8)
@@ -440,7 +452,7 @@ class ColumnBuilder:
                                     pa.py_buffer(key.tobytes())])
         enc = pc.dictionary_encode(keys)
         texts = [_ip_key_text(k) for k in enc.dictionary.to_pylist()]
-        return _texts_at(texts, _indices(enc.indices, m), m)
+        return self._texts(texts, _indices(enc.indices, m), m)
 
 
 def _indices(indices: pa.Array, valid: np.ndarray) -> np.ndarray:
@@ -482,13 +494,27 @@ def _views(texts: list) -> tuple[np.ndarray, pa.Buffer]:
     return tab.view("V16").ravel(), pa.py_buffer(blob)
 
 
-def _mac_views(values: np.ndarray) -> tuple[np.ndarray, pa.Buffer]:
-    """Return the view table (an empty view last) and data of 48-bit integers as aa:bb:cc:dd:ee:ff."""
-    k = len(values)
-    text = np.full((k, 17), ord(":"), np.uint8)
+def _mac_text_bytes(values: np.ndarray) -> np.ndarray:
+    """Return 48-bit integers as aa:bb:cc:dd:ee:ff, one (k, 17) uint8 row each."""
+    text = np.full((len(values), 17), ord(":"), np.uint8)
     v = values.astype(np.uint64)
     for i in range(12):     # hex digit i from the left: 2 per byte, a colon after each pair
         text[:, i + i // 2] = _HEX[(v >> np.uint64(44 - 4 * i)) & np.uint64(15)]
+    return text
+
+
+def _mac_strings(values: np.ndarray) -> pa.Array:
+    """Return 48-bit integers as a string array of aa:bb:cc:dd:ee:ff."""
+    k = len(values)
+    offsets = np.arange(0, 17 * (k + 1), 17, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), k, [None, pa.py_buffer(offsets),
+                                                  pa.py_buffer(_mac_text_bytes(values).tobytes())])
+
+
+def _mac_views(values: np.ndarray) -> tuple[np.ndarray, pa.Buffer]:
+    """Return the view table (an empty view last) and data of 48-bit integers as aa:bb:cc:dd:ee:ff."""
+    k = len(values)
+    text = _mac_text_bytes(values)
     tab = np.zeros((k + 1, 4), np.int32)
     tab[:k, 0] = 17
     tab.view(np.uint8)[:k, 4:8] = text[:, :4]
@@ -532,6 +558,27 @@ def _texts_at(texts: list, codes: np.ndarray, valid: np.ndarray) -> pa.Array:
     if not _VIEWS:
         return pc.take(pa.array(texts, pa.string()), pa.array(codes, mask=~valid))
     return _views_at(*_views(texts), codes, valid)
+
+
+# Dictionary-encoded strings: what Parquet stores of a string column with a dictionary page, handed
+# to its writer as is (no hashing of every row there) by xlayer.ingest's stream.
+DICT_TYPE = pa.dictionary(pa.int32(), pa.string())
+
+
+def _dict_at(texts: list | pa.Array, codes: np.ndarray, valid: np.ndarray) -> pa.Array:
+    """Return a dictionary array: texts (distinct, none null) as its dictionary, codes[i] at each valid row,
+    null elsewhere (whatever codes holds there)."""
+    n = len(codes)
+    dictionary = texts if isinstance(texts, pa.Array) else pa.array(texts, pa.string())
+    if not len(dictionary) or not valid.any():
+        return _nulls(n, DICT_TYPE)
+    if valid.all():
+        bitmap, idx = None, np.ascontiguousarray(codes, dtype=np.int32)
+    else:   # a null row's code is not read, but must still index the dictionary
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        idx = np.where(valid, codes, 0).astype(np.int32, copy=False)
+    indices = pa.Array.from_buffers(pa.int32(), n, [bitmap, pa.py_buffer(idx)])
+    return pa.DictionaryArray.from_arrays(indices, dictionary, safe=False)
 
 
 def _from_numpy(values: np.ndarray, valid: np.ndarray | None, atype: pa.DataType) -> pa.Array:

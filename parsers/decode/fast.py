@@ -60,8 +60,11 @@ _RAW_DOT11 = 105    # the link type whose link decoder is the 802.11 decoder its
 
 
 def decode_chunk(chunk: RecordChunk, columns: Sequence[str] | Projection | None = None,
-                 layouts: Counter | None = None, plain: dict[int, Plain] | None = None) -> tuple[pa.Table, int]:
+                 layouts: Counter | None = None, plain: dict[int, Plain] | None = None,
+                 dictionary: bool = False) -> tuple[pa.Table, int]:
     """Return the chunk decoded as an Arrow table, and how many rows went to the reference decoder.
+
+    `dictionary`: string columns as dictionary arrays (ColumnBuilder.to_arrow), else string views.
 
     `plain` ({row: Plain}, from parsers.decode.decrypt.ChunkDecryptor) gives the decryption of the
     chunk's protected frames: their verdict columns are set and decrypted data frames are decoded on
@@ -131,7 +134,7 @@ def decode_chunk(chunk: RecordChunk, columns: Sequence[str] | Projection | None 
     }
     if layouts is not None:
         layouts.update(out.text_counts("rt_layout"))
-    return out.to_arrow(base), len(deferred)
+    return out.to_arrow(base, dictionary), len(deferred)
 
 
 def _decrypted(plain: dict[int, Plain] | PlainChunk, out: ColumnBuilder) -> None:

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from parsers.columnar import accel
 from parsers.columnar.columns import Projection, to_polars
@@ -88,16 +90,22 @@ def _reference_table(chunk: RecordChunk, proj: Projection, layouts: Counter,
     return df if proj.all else df.select(proj.columns)
 
 
-def _account(stats: IngestStats, chunk: RecordChunk, df: pl.DataFrame, layouts: Counter) -> None:
+def _account(stats: IngestStats, chunk: RecordChunk, df: pl.DataFrame | pa.Table, layouts: Counter) -> None:
     n = len(chunk)
     stats.records += n
     if n == 0:
         return
-    bad = df.get_column("malformed").drop_nulls()
-    stats.malformed += len(bad)
-    stats.decoded += n - len(bad)
-    if len(bad):
-        stats.malformed_reasons.update(bad.to_list())
+    if isinstance(df, pa.Table):
+        bad = _reasons(df.column("malformed"))
+        stats.malformed += sum(bad.values())
+        stats.decoded += n - sum(bad.values())
+        stats.malformed_reasons.update(bad)
+    else:
+        col = df.get_column("malformed").drop_nulls()
+        stats.malformed += len(col)
+        stats.decoded += n - len(col)
+        if len(col):
+            stats.malformed_reasons.update(col.to_list())
     lt = chunk.linktype
     if lt[0] == lt[-1] and lt.min() == lt.max():    # one link type: no sort
         stats.linktypes[int(lt[0])] += n
@@ -113,17 +121,46 @@ def _account(stats: IngestStats, chunk: RecordChunk, df: pl.DataFrame, layouts: 
     stats.last_ts_ns = hi if stats.last_ts_ns is None else max(stats.last_ts_ns, hi)
 
 
-def _decode(chunk: RecordChunk, decoder: str, proj: Projection, plain: dict[int, Plain] | None = None
-            ) -> tuple[RecordChunk, pl.DataFrame, int, Counter]:
+def _reasons(col: pa.ChunkedArray) -> Counter:
+    """Return how many rows hold each malformed reason, in the order of their first rows (the order a
+    Counter updated with the column's values row by row has)."""
+    found: Counter = Counter()
+    if col.null_count == len(col):
+        return found
+    for arr in col.chunks:
+        if not isinstance(arr, pa.DictionaryArray):
+            found.update(arr.drop_null().to_pylist())
+            continue
+        codes = arr.indices.drop_null().to_numpy()
+        if not len(codes):
+            continue
+        uniq, first, counts = np.unique(codes, return_index=True, return_counts=True)
+        texts = arr.dictionary.to_pylist()
+        for k in np.argsort(first, kind="stable").tolist():
+            found[texts[int(uniq[k])]] += int(counts[k])
+    return found
+
+
+def _as_dictionaries(table: pa.Table) -> pa.Table:
+    """Return the table with its string columns as dictionary arrays (columns.DICT_TYPE)."""
+    cols = [pc.dictionary_encode(c.cast(pa.string()).combine_chunks())
+            if pa.types.is_string(c.type) or pa.types.is_large_string(c.type) or c.type == pa.string_view()
+            else c for c in table.columns]
+    return pa.table(cols, names=table.column_names)
+
+
+def _decode(chunk: RecordChunk, decoder: str, proj: Projection, plain: dict[int, Plain] | None = None,
+            arrow: bool = False) -> tuple[RecordChunk, pl.DataFrame | pa.Table, int, Counter]:
     layouts: Counter = Counter()
     if decoder == "fast":
-        table, nfall = decode_chunk(chunk, proj, layouts, plain)
-        return chunk, to_polars(table), nfall, layouts
-    return chunk, _reference_table(chunk, proj, layouts, plain), 0, layouts
+        table, nfall = decode_chunk(chunk, proj, layouts, plain, dictionary=arrow)
+        return chunk, table if arrow else to_polars(table), nfall, layouts
+    df = _reference_table(chunk, proj, layouts, plain)
+    return chunk, _as_dictionaries(df.to_arrow()) if arrow else df, 0, layouts
 
 
 def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int, proj: Projection,
-             decrypt: ChunkDecryptor | None = None):
+             decrypt: ChunkDecryptor | None = None, arrow: bool = False):
     """Yield (chunk, table, fallback count, layout counts) in file order, decoding up to `threads`
     chunks at once.
 
@@ -140,7 +177,7 @@ def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int, proj: Pr
     if threads <= 1 or len(head) < 2:
         # one chunk (most small captures): threads would cost more to start than they could save
         for chunk in itertools.chain(head, it):
-            yield _decode(chunk, decoder, proj, plain(chunk))
+            yield _decode(chunk, decoder, proj, plain(chunk), arrow)
         return
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
@@ -148,7 +185,7 @@ def _decoded(chunks: Iterator[RecordChunk], decoder: str, threads: int, proj: Pr
     with ThreadPoolExecutor(max_workers=threads) as pool:
         pending: deque = deque()
         for chunk in itertools.chain(head, it):
-            pending.append(pool.submit(_decode, chunk, decoder, proj, plain(chunk)))
+            pending.append(pool.submit(_decode, chunk, decoder, proj, plain(chunk), arrow))
             if len(pending) > threads:
                 yield pending.popleft().result()
         while pending:
@@ -335,9 +372,12 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
                 stats: IngestStats | None = None,
                 progress: Callable[[int], None] | None = None,
                 threads: int | None = None, walk_helper: bool = True,
-                columns: Sequence[str] | None = None, keys: Sequence[Key] | None = None
-                ) -> Iterator[pl.DataFrame]:
+                columns: Sequence[str] | None = None, keys: Sequence[Key] | None = None,
+                arrow: bool = False) -> Iterator[pl.DataFrame] | Iterator[pa.Table]:
     """Yield the capture as packet tables of about chunk_bytes of records each; fill stats as it goes.
+
+    `arrow`: yield Arrow tables instead of polars frames, the string columns as dictionary arrays
+    (int32 codes into their distinct strings, columns.DICT_TYPE); otherwise the same columns and values.
 
     `keys` (parsers.crypto keys; none: no decryption) decrypt protected 802.11 frames natively: their
     plaintext is decoded on to IP and transport, the wlan_decrypted/wlan_mic/wlan_key columns say how,
@@ -389,7 +429,7 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
             chunks = cap.chunks(keep=threads if threads > 1 else 0)
         decrypt = ChunkDecryptor(keys) if keys and proj.decodes("dot11") else None
         more = {"decrypt": decrypt} if decrypt is not None else {}
-        for chunk, df, nfall, layouts in _decoded(chunks, decoder, threads, proj, **more):
+        for chunk, df, nfall, layouts in _decoded(chunks, decoder, threads, proj, arrow=arrow, **more):
             stats.fallback += nfall
             _account(stats, chunk, df, layouts)
             if len(chunk) and chunk.data is cap.data:

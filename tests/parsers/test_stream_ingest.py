@@ -148,3 +148,39 @@ def test_stream_to_parquet_equals_read_capture_with_string_dictionaries(tmp_path
                 assert not col.has_dictionary_page, name
             assert col.is_stats_set == (name in ("frame", "ts_ns")), name
         assert meta.row_group(g).column(0).compression == "ZSTD"
+
+
+def _write_flawed_capture(path: Path, records: int) -> None:
+    """Write _write_capture's frames with two kinds of flaw among them: an 802.11 protocol version 1
+    (every 7th frame from the 3rd) and an IPv4 header length of 16 bytes (every 11th from the 5th)."""
+    parts = [struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, 65535, 127)]
+    for i in range(records):
+        f = bytearray(_frame(i, 200))
+        wlan = f[14:-4]
+        if i % 7 == 3:
+            wlan[0] |= 0x01
+        if i % 11 == 5:
+            wlan[26 + 8] = 0x44
+        f = f[:14] + wlan + struct.pack("<I", zlib.crc32(bytes(wlan)))
+        parts.append(struct.pack("<IIII", 1_700_000_000 + i // 1000, (i % 1000) * 1_000_000, len(f), len(f)) + f)
+    path.write_bytes(b"".join(parts))
+
+
+@pytest.mark.parametrize("decoder", ["fast", "reference"])
+def test_arrow_tables_are_the_frames_with_dictionary_strings_and_the_same_counts(tmp_path, decoder) -> None:
+    from parsers.columnar.columns import DICT_TYPE, to_polars
+
+    src = tmp_path / "flawed.pcap"
+    _write_flawed_capture(src, 600)
+    s_frames, s_tables = IngestStats(), IngestStats()
+    frames = list(iter_tables(src, decoder=decoder, chunk_bytes=32 << 10, stats=s_frames, threads=1))
+    tables = list(iter_tables(src, decoder=decoder, chunk_bytes=32 << 10, stats=s_tables, threads=1, arrow=True))
+    assert len(tables) == len(frames) > 2
+    strings = [c for c, dt in SCHEMA.items() if dt == pl.Utf8]
+    for df, t in zip(frames, tables):
+        assert t.column_names == df.columns
+        assert all(t.schema.field(c).type == DICT_TYPE for c in strings)
+        assert to_polars(t).equals(df)
+    assert len(s_frames.malformed_reasons) == 2
+    assert s_tables.as_dict() == s_frames.as_dict()
+    assert list(s_tables.malformed_reasons.items()) == list(s_frames.malformed_reasons.items())
