@@ -390,10 +390,10 @@ class ColumnBuilder:
 
     def _column(self, name: str, dtype, base) -> pa.Array:
         n = self.n
+        atype, text = _arrow_of(name), name in _TEXT_COLUMNS
         if name in base:
             values, valid = base[name] if isinstance(base[name], tuple) else (base[name], None)
-            return _from_numpy(np.asarray(values).astype(_NP[dtype.base_type()], copy=False), valid,
-                               _arrow_type(dtype))
+            return _from_numpy(np.asarray(values).astype(_NP[dtype.base_type()], copy=False), valid, atype)
         if name == "malformed":
             if not self._malformed.any():
                 return self._null_texts()
@@ -403,13 +403,13 @@ class ColumnBuilder:
         if name in self._codes:
             codes = self._codes[name]
             return self._texts(list(self._vocab[name]), codes, codes >= 0)
-        if name in self._obj or dtype == SACK_DTYPE:
+        if name in self._obj or name in _LIST_COLUMNS:
             d = self._obj.get(name)
             if not d:
-                return self._null_texts() if dtype == pl.Utf8 else _nulls(n, _arrow_type(dtype))
+                return self._null_texts() if text else _nulls(n, atype)
             # Sparse: build the few values, then spread them with a null-masked gather.
             rows = np.fromiter(d.keys(), np.int64, len(d))
-            values = pa.array(list(d.values()), type=_arrow_type(dtype))
+            values = pa.array(list(d.values()), type=atype)
             idx = np.zeros(n, dtype=np.int64)
             idx[rows] = np.arange(len(d))
             present = np.zeros(n, dtype=bool)
@@ -417,11 +417,11 @@ class ColumnBuilder:
             return pc.take(values, pa.array(idx, mask=~present))
         got = self.get(name)
         if got is None:
-            return self._null_texts() if dtype == pl.Utf8 else _nulls(n, _arrow_type(dtype))
+            return self._null_texts() if text else _nulls(n, atype)
         v, m = got
         if not m.any():
-            return _nulls(n, _arrow_type(dtype))
-        return _from_numpy(v, m, _arrow_type(dtype))
+            return _nulls(n, atype)
+        return _from_numpy(v, m, atype)
 
     def _text_column(self, name: str) -> pa.Array:
         got = self.get(name)
@@ -581,11 +581,14 @@ def _dict_at(texts: list | pa.Array, codes: np.ndarray, valid: np.ndarray) -> pa
     return pa.DictionaryArray.from_arrays(indices, dictionary, safe=False)
 
 
+_BOOL_ID = pa.bool_().id
+
+
 def _from_numpy(values: np.ndarray, valid: np.ndarray | None, atype: pa.DataType) -> pa.Array:
     """Return an Arrow array over numpy values and a validity mask, packing bits only (no copy)."""
     n = len(values)
     bitmap = None if valid is None or valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    if atype == pa.bool_():
+    if atype.id == _BOOL_ID:
         data = pa.py_buffer(np.packbits(values.astype(bool, copy=False), bitorder="little"))
     else:
         data = pa.py_buffer(np.ascontiguousarray(values))
@@ -602,14 +605,42 @@ def _arrow_type(dtype) -> pa.DataType:
     return t
 
 
+# Per column name, as the output needs it for every column of every chunk: polars dtypes compare and
+# hash slowly (~1 us each, a few per column: ~0.3 ms of a chunk's 96 columns).
+_TEXT_COLUMNS = frozenset(name for name, dtype in SCHEMA.items() if dtype == pl.Utf8)
+_LIST_COLUMNS = frozenset(name for name, dtype in SCHEMA.items() if dtype == SACK_DTYPE)
+_ARROW_OF: dict[str, pa.DataType] = {}
+
+
+def _arrow_of(name: str) -> pa.DataType:
+    """Return the Arrow type of a schema column (as polars gives it)."""
+    t = _ARROW_OF.get(name)
+    if t is None:
+        t = _ARROW_OF[name] = _arrow_type(SCHEMA[name])
+    return t
+
+
+# Arrow schemas polars has read, and whether it read them with exactly the packet schema's dtypes:
+# comparing polars schemas costs ~0.2 ms a chunk, comparing Arrow ones ~0.1 us.
+_READ_BACK: list[tuple[pa.Schema, bool]] = []
+_READ_BACK_KEPT = 64
+
+
 def to_polars(table: pa.Table) -> pl.DataFrame:
     """Return an Arrow chunk as a polars frame with the exact schema dtypes of its columns."""
     df = pl.from_arrow(table, rechunk=False)
     assert isinstance(df, pl.DataFrame)
-    want = {c: SCHEMA[c] for c in df.columns}
-    if df.schema == want:
+    schema = table.schema
+    for known, exact in _READ_BACK:
+        if known.equals(schema):
+            break
+    else:
+        exact = df.schema == {c: SCHEMA[c] for c in df.columns}
+        if len(_READ_BACK) < _READ_BACK_KEPT:
+            _READ_BACK.append((schema, exact))
+    if exact:
         return df
-    return df.cast(want)  # type: ignore[arg-type]
+    return df.cast({c: SCHEMA[c] for c in df.columns})  # type: ignore[arg-type]
 
 
 _ALL = Projection()
