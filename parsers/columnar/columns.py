@@ -298,7 +298,7 @@ class ColumnBuilder:
             self._obj.setdefault(name, {}).update(zip(np.asarray(rows).tolist(), values))
 
     def put_coded(self, name: str, rows: np.ndarray, texts: list[str], codes: np.ndarray) -> None:
-        """Set a string column at rows to texts[codes[i]] (texts: the distinct values, each once)."""
+        """Set a string column at rows to texts[codes[i]] (a text given twice gets its one code)."""
         if self._store is not None and name not in self._store:
             return
         remap = np.fromiter((self._code(name, t) for t in texts), np.int32, len(texts))

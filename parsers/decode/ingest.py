@@ -101,11 +101,12 @@ def _account(stats: IngestStats, chunk: RecordChunk, df: pl.DataFrame | pa.Table
         stats.decoded += n - sum(bad.values())
         stats.malformed_reasons.update(bad)
     else:
-        col = df.get_column("malformed").drop_nulls()
-        stats.malformed += len(col)
-        stats.decoded += n - len(col)
-        if len(col):
-            stats.malformed_reasons.update(col.to_list())
+        col = df.get_column("malformed")
+        bad = len(col) - col.null_count()   # drop_nulls costs a lazy query (~0.2 ms) even with none
+        stats.malformed += bad
+        stats.decoded += n - bad
+        if bad:
+            stats.malformed_reasons.update(col.drop_nulls().to_list())
     lt = chunk.linktype
     if lt[0] == lt[-1] and lt.min() == lt.max():    # one link type: no sort
         stats.linktypes[int(lt[0])] += n

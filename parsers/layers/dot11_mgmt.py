@@ -112,14 +112,20 @@ def _ssid(buf, out: ColumnBuilder, rows, pos, end, claimed, cut) -> None:
     k = np.concatenate(hit_rows) if hit_rows else np.zeros(0, np.int64)
     if not len(k):
         return
-    put_texts(out, "wlan_ssid", rows[k], _texts(buf, np.concatenate(hit_at), np.concatenate(hit_len)))
+    texts, codes = _texts(buf, np.concatenate(hit_at), np.concatenate(hit_len))
+    bulk = getattr(out, "put_coded", None)
+    if bulk is not None:        # no Python object per frame
+        bulk("wlan_ssid", rows[k], texts, codes)
+    else:
+        put_texts(out, "wlan_ssid", rows[k], [texts[c] for c in codes.tolist()])
 
 
-def _texts(buf: np.ndarray, at: np.ndarray, ln: np.ndarray) -> list[str]:
-    """Return the byte strings at (at, ln) as escaped text, decoding each distinct one once."""
+def _texts(buf: np.ndarray, at: np.ndarray, ln: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Return the byte strings at (at, ln) as escaped texts, each distinct one decoded once: the
+    texts, and the index of each row's text among them."""
     width = int(ln.max()) if len(ln) else 0
     if width == 0:
-        return [""] * len(at)
+        return [""], np.zeros(len(at), np.int64)
     mat = window(buf, at, width)
     flat = mat[np.arange(width)[None, :] < ln[:, None]]      # the strings back to back, in row order
     offsets = np.zeros(len(ln) + 1, np.int32)
@@ -127,5 +133,4 @@ def _texts(buf: np.ndarray, at: np.ndarray, ln: np.ndarray) -> list[str]:
     strings = pa.Array.from_buffers(pa.binary(), len(ln), [None, pa.py_buffer(offsets),
                                                            pa.py_buffer(flat.tobytes())])
     coded = strings.dictionary_encode()           # hashing: distinct SSIDs are few
-    texts = np.array([escape_bytes(b) for b in coded.dictionary.to_pylist()], object)
-    return texts[coded.indices.to_numpy(zero_copy_only=False)].tolist()
+    return [escape_bytes(b) for b in coded.dictionary.to_pylist()], coded.indices.to_numpy(zero_copy_only=False)
