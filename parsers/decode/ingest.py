@@ -257,7 +257,7 @@ class _Prepared:
     gathers, up to PREP_AHEAD chunks ahead of the reader; iterate it once, to the end or to a close."""
 
     def __init__(self, chunks: Iterator[RecordChunk], fcs: bool, ahead: bool,
-                 release: Callable[[], None] | None = None):
+                 release: Callable[[], None] | None = None, lean: bool = False):
         import queue
         import threading
 
@@ -267,8 +267,23 @@ class _Prepared:
         # called here each time the reader takes a chunk: it drops the pages of the chunks decoded
         # (madvise costs ~1.5 ms per 32 MB, better spent off the decoding thread)
         self._release = release
+        # lean: a chunk is walked only once the reader has taken the one before (not while it waits
+        # in the queue), so one chunk fewer of the file is resident; the walk costs about half the
+        # decoding, so the next chunk is still ready in time
+        self._room = threading.Semaphore(1) if lean else None
         self._thread = threading.Thread(target=self._run, name="xlayer-walk", daemon=True)
         self._thread.start()
+
+    def _wait_room(self) -> bool:
+        """Return once the next chunk may be walked (False: the reader has stopped)."""
+        if self._room is None:
+            return True
+        while not self._stop.is_set():
+            if self._room.acquire(timeout=0.1):
+                if self._release is not None:   # the chunks the reader is done with go first
+                    self._release()
+                return True
+        return False
 
     def _put(self, item) -> bool:
         import queue
@@ -285,7 +300,10 @@ class _Prepared:
 
     def _run(self) -> None:
         try:
-            for chunk in self._chunks:
+            while self._wait_room():
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    break
                 if self._fcs:
                     chunk.fcs_first, chunk.fcs_ok = radiotap_fcs(chunk.data, chunk.offset, chunk.caplen,
                                                                  chunk.wirelen, chunk.linktype)
@@ -293,6 +311,8 @@ class _Prepared:
                     chunk.ahead = gather_ahead(chunk.data, chunk.offset, chunk.linktype, DOT11_WINDOW)
                 if not self._put(("chunk", chunk)):
                     return
+            else:
+                return      # the reader has stopped
             self._put(("end", None))
         except BaseException as exc:  # noqa: BLE001 - handed to the reading thread, raised there
             self._put(("error", exc))
@@ -305,6 +325,8 @@ class _Prepared:
                     return
                 if kind == "error":
                     raise item
+                if self._room is not None:
+                    self._room.release()
                 yield item
         finally:
             self._stop.set()
@@ -374,11 +396,13 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
                 progress: Callable[[int], None] | None = None,
                 threads: int | None = None, walk_helper: bool = True,
                 columns: Sequence[str] | None = None, keys: Sequence[Key] | None = None,
-                arrow: bool = False) -> Iterator[pl.DataFrame] | Iterator[pa.Table]:
+                arrow: bool = False, lean: bool = False) -> Iterator[pl.DataFrame] | Iterator[pa.Table]:
     """Yield the capture as packet tables of about chunk_bytes of records each; fill stats as it goes.
 
     `arrow`: yield Arrow tables instead of polars frames, the string columns as dictionary arrays
     (int32 codes into their distinct strings, columns.DICT_TYPE); otherwise the same columns and values.
+    `lean`: with the walk thread, walk each chunk only once the one before is taken (one chunk fewer
+    of the file resident, for streams that keep memory bounded).
 
     `keys` (parsers.crypto keys; none: no decryption) decrypt protected 802.11 frames natively: their
     plaintext is decoded on to IP and transport, the wlan_decrypted/wlan_mic/wlan_key columns say how,
@@ -417,7 +441,7 @@ def iter_tables(path: str | os.PathLike, decoder: str = "fast", chunk_bytes: int
             # the walk thread stays on a busy machine: it hands over the GIL once per chunk
             fcs = proj.decodes("fcs") and any(i.linktype == RADIOTAP for i in cap.interfaces)
             walked = cap.chunks(keep=PREP_AHEAD + threads, first_bytes=min(PREP_FIRST_BYTES, chunk_bytes))
-            chunks = iter(_Prepared(walked, fcs, proj.decodes("link"), release=cap.release_done))
+            chunks = iter(_Prepared(walked, fcs, proj.decodes("link"), release=cap.release_done, lean=lean))
             threads = 1 if busy else threads - 1
         elif busy:
             threads = 1

@@ -122,6 +122,25 @@ def test_walk_thread_read_stays_within_a_few_chunks_resident(tmp_path) -> None:
     assert max(held) < size // 1024 // 4
 
 
+@pytest.mark.skipif(not (_ON_LINUX and accel.AVAILABLE),
+                    reason="needs /proc/self/smaps and the compiled walk")
+def test_lean_read_walks_a_chunk_only_once_the_one_before_is_taken(tmp_path) -> None:
+    # lean: no chunk waits walked in the queue, so one chunk fewer is resident than above
+    src = tmp_path / "big.pcap"
+    chunk = 2 << 20
+    _write_capture(src, pingest.PREP_MIN_BYTES // 990 + 6000)
+    want = list(iter_tables(src, chunk_bytes=chunk, threads=2))
+    stats, held, got = IngestStats(), [], []
+    for df in iter_tables(src, chunk_bytes=chunk, threads=2, stats=stats, lean=True):
+        got.append(df)
+        held.append(_mapped_kb(src))
+    assert len(got) == len(want) > 20 and all(a.equals(b) for a, b in zip(got, want))
+    assert stats.records == stats.decoded == sum(df.height for df in got)
+    # the chunk decoded and the one walked meanwhile (at the start, a third: the decoder takes two
+    # chunks before its first table); + 2 MB: large folios
+    assert max(held) <= (3 * chunk + (2 << 20)) // 1024, held
+
+
 def test_stream_to_parquet_equals_read_capture_with_string_dictionaries(tmp_path) -> None:
     # string columns dictionary-encoded, statistics only for the columns that grow with the file
     src = tmp_path / "s.pcap"
