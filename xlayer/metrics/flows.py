@@ -291,6 +291,23 @@ def _first_copies(packets: pl.DataFrame, keep: pl.Expr, per_flow: pl.DataFrame, 
     return pl.Series(full)
 
 
+def _per_flow(packets: pl.DataFrame, keep: pl.Expr, col: Callable[[str, pl.DataType], pl.Expr]) -> pl.DataFrame:
+    """Return one row per flow (``fid``) of the rows `keep` selects: its strings, ports and addresses from its
+    first row in frame order."""
+    strings = ("flow", "conn", "dir", "ip_src", "ip_dst", "sport", "dport")
+    cols = [col(c, pl.Utf8) if c.startswith("ip_") else col(c, pl.UInt16) if c.endswith("port") else pl.col(c)
+            for c in strings]
+    frame = packets.get_column("frame") if "frame" in packets.columns else None
+    if frame is None or (frame.null_count() == 0 and frame.is_sorted()):
+        # rows in frame order: a flow's first kept row is its first row in frame order, found on the integer
+        # codes alone; only those few rows' strings are then read (a group-by would gather every row's)
+        mask = pl.when(keep).then(pl.col("fid")).is_first_distinct() & keep
+        return packets.lazy().filter(mask).select("fid", *cols).collect()
+    first = pl.col("frame").arg_min()
+    return packets.lazy().filter(keep).select("fid", col("frame", pl.Int64), *cols) \
+        .group_by("fid").agg(pl.col(*strings).get(first)).collect()
+
+
 # the packet columns `prepare` reads: not the capture's constants (file, vantage), given beside
 _PREPARE_READ = [c for c in _READ if c not in ("capture_file", "vantage", "kind")]
 
@@ -318,11 +335,7 @@ def prepare(packets: pl.DataFrame, kind: str = "wired", vantage: str | None = No
     # The strings (flow, conn, dir, addresses) are constant per flow: taken once per flow here, from its
     # first row in frame order, rather than carried on every row through the filters and copies below
     # (five strings a row were the largest columns of an air capture's working table).
-    first = pl.col("frame").arg_min() if "frame" in cols else 0
-    per_flow = rows.select("fid", col("frame", pl.Int64), "flow", "conn", "dir",
-                           col("ip_src", pl.Utf8), col("ip_dst", pl.Utf8), col("sport", pl.UInt16),
-                           col("dport", pl.UInt16)) \
-        .group_by("fid").agg(pl.col("flow", "conn", "dir", "ip_src", "ip_dst", "sport", "dport").get(first)).collect()
+    per_flow = _per_flow(packets, keep, col)
     # fragments' datagrams are grouped by their addresses (`datagram` below): as codes, only when there are any
     has_frag = rows.select(col("ip_mf", pl.Boolean), col("ip_frag_offset", pl.Int64)).select(
         is_fragment().any()).collect().item()
