@@ -178,13 +178,39 @@ PyDoc_STRVAR(tcp_state_doc,
 "Fill `out` (int64, N_OUT rows of n) and `outb` (uint8, N_OUTB rows) with tcp.prepare's per-row state.\n"
 "order: int64 row indices in (connection, frame) order; cid: int64 connection number per row (0..nconn-1,\n"
 "each connection's rows contiguous in `order`); dir: uint8 0 (a) / 1 (b); flags: uint8 SYN 1, FIN 2, RST 4,\n"
-"ACK 8; inp: int64 rows frame, ts_ns, raw seq, raw ack, len, window, IP id, TSval (null: INT64_MIN).");
+"ACK 8; inp: int64 columns frame, ts_ns, raw seq, raw ack, len, window, IP id, TSval (null: INT64_MIN).\n"
+"inp and out are sequences of one buffer per column (rows of a 2-D array do): the caller's columns are\n"
+"read where they are and each output column is its own buffer, not a copy out of one matrix.");
+
+/* Get `want` int64 column buffers of n rows each from the sequence `seq` into `bufs` (`*got`: how many are
+ * held, to release); 0 with an exception set when it is no such sequence. */
+static int get_columns(PyObject *seq, int want, Py_ssize_t n, int flags, Py_buffer *bufs, int *got)
+{
+    PyObject *fast = PySequence_Fast(seq, "tcp_state: a sequence of column buffers expected");
+    if (!fast)
+        return 0;
+    int ok = PySequence_Fast_GET_SIZE(fast) == want;
+    for (int k = 0; ok && k < want; k++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(fast, k), &bufs[k], flags) < 0) {
+            Py_DECREF(fast);
+            return 0;
+        }
+        (*got)++;
+        ok = bufs[k].len == 8 * n;
+    }
+    Py_DECREF(fast);
+    if (!ok)
+        PyErr_SetString(PyExc_ValueError, "tcp_state: buffer sizes do not match");
+    return ok;
+}
 
 static PyObject *tcp_state(PyObject *self, PyObject *args)
 {
-    Py_buffer ov, cv, dv, fv, iv, outv, outbv;
+    Py_buffer ov, cv, dv, fv, outbv, iv[N_IN], outv[N_OUT];
+    PyObject *inseq, *outseq;
     long long nconn;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*L", &ov, &cv, &dv, &fv, &iv, &outv, &outbv, &nconn))
+    int nin = 0, nout = 0;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*OOw*L", &ov, &cv, &dv, &fv, &inseq, &outseq, &outbv, &nconn))
         return NULL;
     Py_ssize_t n = dv.len;
     PyObject *res = NULL;
@@ -192,13 +218,20 @@ static PyObject *tcp_state(PyObject *self, PyObject *args)
     int64_t *bin = NULL, *bout = NULL;
     uint8_t *boutb = NULL;
     if (nconn < 0 || nconn > n || !sizes_ok(&ov, 8 * n) || !sizes_ok(&cv, 8 * n) || !sizes_ok(&fv, n)
-        || !sizes_ok(&iv, 8 * N_IN * n) || !sizes_ok(&outv, 8 * N_OUT * n) || !sizes_ok(&outbv, N_OUTB * n)) {
+        || !sizes_ok(&outbv, N_OUTB * n)) {
         PyErr_SetString(PyExc_ValueError, "tcp_state: buffer sizes do not match");
         goto done;
     }
-    const int64_t *order = ov.buf, *cid = cv.buf, *in = iv.buf;
+    if (!get_columns(inseq, N_IN, n, PyBUF_SIMPLE, iv, &nin)
+        || !get_columns(outseq, N_OUT, n, PyBUF_WRITABLE, outv, &nout))
+        goto done;
+    const int64_t *order = ov.buf, *cid = cv.buf, *in[N_IN];
     const uint8_t *dir = dv.buf, *flags = fv.buf;
-    int64_t *out = outv.buf;
+    int64_t *out[N_OUT];
+    for (int c = 0; c < N_IN; c++)
+        in[c] = iv[c].buf;
+    for (int c = 0; c < N_OUT; c++)
+        out[c] = outv[c].buf;
     uint8_t *outb = outbv.buf;
     int ok;
     st = malloc(sizeof(Dir) * (size_t)(2 * nconn + 1));
@@ -220,11 +253,11 @@ static PyObject *tcp_state(PyObject *self, PyObject *args)
             Dir *d = &st[cid[i] * 2 + dir[i]];
             if (!d->seen) {
                 d->seen = 1;
-                d->first_seq = in[I_SEQ * n + i];
+                d->first_seq = in[I_SEQ][i];
                 d->first_syn = (flags[i] & F_SYN) != 0;
             }
-            if (d->a0 == NUL64 && (flags[i] & F_ACK) && in[I_ACK * n + i] != NUL64)
-                d->a0 = in[I_ACK * n + i];
+            if (d->a0 == NUL64 && (flags[i] & F_ACK) && in[I_ACK][i] != NUL64)
+                d->a0 = in[I_ACK][i];
         }
         /* The rows are visited in (connection, frame) order, the buffers hold them in (connection, direction,
          * frame) order: read and written in place, each row touches some thirty columns at two positions
@@ -236,7 +269,7 @@ static PyObject *tcp_state(PyObject *self, PyObject *args)
             const Py_ssize_t kn = n - k0 < BLOCK ? n - k0 : BLOCK;
             const int64_t *ord = order + k0;
             for (int c = 0; c < N_IN; c++) {
-                const int64_t *src = in + (Py_ssize_t)c * n;
+                const int64_t *src = in[c];
                 int64_t *dst = bin + (Py_ssize_t)c * BLOCK;
                 for (Py_ssize_t j = 0; j < kn; j++)
                     dst[j] = src[ord[j]];
@@ -250,7 +283,7 @@ static PyObject *tcp_state(PyObject *self, PyObject *args)
             }
             for (int c = 0; c < N_OUT; c++) {
                 const int64_t *src = bout + (Py_ssize_t)c * BLOCK;
-                int64_t *dst = out + (Py_ssize_t)c * n;
+                int64_t *dst = out[c];
                 for (Py_ssize_t j = 0; j < kn; j++)
                     dst[ord[j]] = src[j];
             }
@@ -277,8 +310,10 @@ done:
     PyBuffer_Release(&cv);
     PyBuffer_Release(&dv);
     PyBuffer_Release(&fv);
-    PyBuffer_Release(&iv);
-    PyBuffer_Release(&outv);
+    for (int c = 0; c < nin; c++)
+        PyBuffer_Release(&iv[c]);
+    for (int c = 0; c < nout; c++)
+        PyBuffer_Release(&outv[c]);
     PyBuffer_Release(&outbv);
     return res;
 }

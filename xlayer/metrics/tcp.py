@@ -342,12 +342,12 @@ _K_OUTB = ("zwp", "adv", "keepalive", "dup0", "rev_ka", "dupack")
 _K_NOT_NULL = ("seq_u", "base", "end_u", "dupnum")
 
 
-def _kernel_args(t: pl.DataFrame, order: pl.Series) -> tuple[np.ndarray, ...]:
+def _kernel_args(t: pl.DataFrame, order: pl.Series) -> tuple[Any, ...]:
     """Return the buffers `_tcpk` reads: row order, connection number, direction, flags, and the int64
-    input rows (`_K_IN`, null as `_NUL`)."""
-    inp = np.empty((len(_K_IN), t.height), np.int64)
-    for k, c in enumerate(_K_IN):
-        inp[k] = t.get_column(c).cast(pl.Int64).fill_null(_NUL).to_numpy()
+    input columns (`_K_IN`, null as `_NUL`)."""
+    # one buffer per column, read where it is (an int64 column without nulls is not copied at all)
+    inp = [np.ascontiguousarray(s.to_numpy())
+           for s in t.select(pl.col(c).cast(pl.Int64).fill_null(_NUL) for c in _K_IN).get_columns()]
     b = t.select((pl.col("dir") == "b").cast(pl.UInt8).alias("d"),
                  (pl.col("syn").cast(pl.UInt8) | (pl.col("fin").cast(pl.UInt8) * 2) | (pl.col("rst").cast(pl.UInt8) * 4)
                   | (pl.col("ackf").cast(pl.UInt8) * 8)).alias("f"))
@@ -358,9 +358,8 @@ def _kernel_args(t: pl.DataFrame, order: pl.Series) -> tuple[np.ndarray, ...]:
 def _from_kernel(name: str, values: np.ndarray) -> pl.Series:
     """Return an int64 column of the kernel as a Series of its own memory, `_NUL` as null."""
     if name in _K_NOT_NULL:
-        # copied: a Series made from a row of the kernel's 2-D output shares its buffer, and would hold the
-        # whole output (some 20 columns) alive as long as the rows' table (the stage's largest allocation)
-        return pl.Series(name, values.copy())
+        # (each output column is an array of its own: the Series shares it, no copy)
+        return pl.Series(name, values)
     return pl.Series(name, values).to_frame().select(pl.when(pl.col(name) != _NUL).then(pl.col(name))).to_series()
 
 
@@ -370,7 +369,7 @@ def _state_kernel(t: pl.DataFrame, order: pl.Series) -> pl.DataFrame:
     n = t.height
     nconn = int(t["_c"].max()) + 1 if n else 0
     o, cid, d, f, inp = _kernel_args(t, order)
-    out = np.empty((len(_K_OUT), n), np.int64)
+    out = [np.empty(n, np.int64) for _ in _K_OUT]
     outb = np.empty((len(_K_OUTB), n), np.uint8)
     _tcpk.tcp_state(o, cid, d, f, inp, out, outb, nconn)
     del inp
