@@ -923,11 +923,28 @@ def _arrival_jitter(owd: pl.DataFrame) -> pl.Series:
         # nothing reordered between the captures (the common case): b's order is a's, no sort
         return owd.select(jitter.alias("jitter_ns")).to_series()
     # only the three columns the jitter reads go into b's order and back: not every column by two sorts
-    perm = owd.select(pl.arg_sort_by("fh", "ts_b", "frame_b")).to_series()
+    perm = _arrival_perm(owd)
     j = owd.select(pl.col("fh", "owd_ns").gather(perm)).select(jitter).to_series().to_numpy()
     out = np.empty(len(j), np.float64)
     out[perm.to_numpy()] = j
     return pl.Series("jitter_ns", out, pl.Float64)
+
+
+def _arrival_perm(owd: pl.DataFrame) -> pl.Series:
+    """Return the permutation putting the rows of `owd` in (fh, ts_b, frame_b) order: by one packed int64 key
+    when the rows come grouped by rising fh (`pair_tables` leaves them so) and the ranges fit 63 bits."""
+    by_three = owd.select(pl.arg_sort_by("fh", "ts_b", "frame_b")).to_series
+    if any(owd.get_column(c).null_count() for c in ("fh", "ts_b", "frame_b")) or not owd.get_column("fh").is_sorted():
+        return by_three()
+    lo = owd.select(pl.col("ts_b", "frame_b").min()).row(0)
+    hi = owd.select(pl.col("ts_b", "frame_b").max()).row(0)
+    nf = owd.select(pl.col("fh").n_unique()).item()
+    nt, nb = hi[0] - lo[0] + 1, hi[1] - lo[1] + 1
+    if nf * nt * nb >= 1 << 63:
+        return by_three()
+    # (the flows' run numbers are their order: fh rises; a packet's frame at b is its own, so no key ties)
+    key = (pl.col("fh").rle_id().cast(pl.Int64) * nt + (pl.col("ts_b") - lo[0])) * nb + (pl.col("frame_b") - lo[1])
+    return owd.select(key.arg_sort()).to_series()
 
 
 def loss_runs(lost: pl.DataFrame, by: str) -> pl.DataFrame:
@@ -970,8 +987,8 @@ def pair_tables(a: Keyed, b: Keyed, flows: pl.Series | None = None,
         guard, on="fh", how="left").with_columns(
         (pl.lit(b.span[0]) - pl.col("_m").fill_null(0)).alias("window_start_ns"),
         (pl.lit(b.span[1]) - pl.col("_g").fill_null(guard_min_ns)).alias("window_end_ns"))
-    win = (win.filter(pl.col("ts_ns").is_between(pl.col("window_start_ns"), pl.col("window_end_ns")))
-           .sort("fh", "ts_ns", "frame_a"))
+    # (`lk` is in (fh, ts_ns, frame_a) order, which the join keeping the left order and the filter keep)
+    win = win.filter(pl.col("ts_ns").is_between(pl.col("window_start_ns"), pl.col("window_end_ns")))
     bursts = loss_runs(win.select("fh", "ts_ns", "frame_a", "lost"), "fh")
     per = bursts.group_by("fh").agg(pl.len().alias("bursts"), pl.col("length").mean().alias("mean_burst_len"),
                                     pl.col("length").max().alias("max_burst_len"))
@@ -1051,9 +1068,11 @@ def _paths(keys: list[Keyed], ok: list[int]) -> pl.DataFrame:
               for i in ok]
     allk = pl.concat(frames)
     names = pl.concat([keys[i].names for i in ok]).unique("fh", keep="first")
-    counts = allk.group_by("cap").len()
-    rank = {c: r for r, c in enumerate(counts.sort(["len", "cap"], descending=[True, False])["cap"].to_list())}
-    seen = (allk.select("fh", "cap").unique().join(names.select("fh", "conn"), on="fh")
+    # (each capture's rows and flows counted on its own table: no group-by over all of them)
+    counts = [(-f.height, i) for f, i in zip(frames, ok) if f.height]
+    rank = {c: r for r, (_, c) in enumerate(sorted(counts))}
+    seen = (pl.concat([f.select(pl.col("fh").unique(), pl.lit(i, pl.Int32).alias("cap")) for f, i in zip(frames, ok)])
+            .join(names.select("fh", "conn"), on="fh")
             .with_columns(pl.col("cap").replace_strict(rank, return_dtype=pl.Int32).alias("_rk")))
     pivot = seen.group_by("conn").agg(pl.col("cap").sort_by("_rk").first().alias("piv"))
     piv_of = names.select("fh", "conn").join(pivot, on="conn")
