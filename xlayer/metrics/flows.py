@@ -291,6 +291,16 @@ def _first_copies(packets: pl.DataFrame, keep: pl.Expr, per_flow: pl.DataFrame, 
     return pl.Series(full)
 
 
+def _flow_ids(packets: pl.DataFrame) -> pl.Series:
+    """Return ``fid`` per row of `packets`: a small integer per distinct flow name (0.. in order of first
+    appearance, from its hash by the compiled table; without it the categorical code)."""
+    if not tcpmod.KERNEL:
+        return packets.select(_code("flow").alias("fid")).to_series()
+    # (the flow name's 64-bit hash stands for it, as ``fh`` does across captures: no string is coded)
+    ids, _, _ = tcpmod.hash_ids(packets.select(pl.col("flow").hash()).to_series().to_numpy())
+    return pl.Series("fid", ids)
+
+
 def _per_flow(packets: pl.DataFrame, keep: pl.Expr, col: Callable[[str, pl.DataType], pl.Expr]) -> pl.DataFrame:
     """Return one row per flow (``fid``) of the rows `keep` selects: its strings, ports and addresses from its
     first row in frame order."""
@@ -330,7 +340,7 @@ def prepare(packets: pl.DataFrame, kind: str = "wired", vantage: str | None = No
         keep = keep & ~pl.col("fcs_bad").fill_null(False)
     # (the flow's number made once, for both plans below: categorical codes depend on what was coded
     # before, so two plans coding the same strings could number them differently)
-    packets = packets.with_columns(_code("flow").alias("fid"))
+    packets = packets.with_columns(_flow_ids(packets))
     rows = packets.lazy().filter(keep)
     # The strings (flow, conn, dir, addresses) are constant per flow: taken once per flow here, from its
     # first row in frame order, rather than carried on every row through the filters and copies below
