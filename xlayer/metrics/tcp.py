@@ -725,12 +725,8 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     # (the few rows at a candidate's sequence number joined, not every segment start: a left join hashes them)
     cand = cand.join(firsts.filter(pl.col("seq_u").is_in(cand.get_column("seq_u").implode())), on=[*G, "seq_u"],
                      how="left")
-    cover = firsts.sort("seq_u").rename({c: "c" + c for c in firsts.columns if c.startswith("o_")}) \
-        .rename({"seq_u": "c_seq"})
-    cand = cand.sort("seq_u").join_asof(cover, left_on="seq_u", right_on="c_seq", by=G, strategy="backward",
-                                        check_sortedness=False,
-                                        allow_exact_matches=False)
-    del firsts, cover     # one row per segment start (two copies): not held through the steps below
+    cand = _covering(cand, firsts)
+    del firsts            # one row per segment start: not held through the steps below
     use_c = (pl.col("o_frame").is_null() | (pl.col("o_frame") >= pl.col("frame"))) \
         & (pl.col("co_end") > pl.col("seq_u")) & (pl.col("co_frame") < pl.col("frame"))
     same = pl.col("o_frame") < pl.col("frame")
@@ -842,6 +838,39 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     # `t` without the columns only the candidates and the events read: `build` reads of it what `_originals`,
     # `_rx_rows` and `_rx_span` do
     return t, cand, ev
+
+
+def _covering(cand: pl.DataFrame, firsts: pl.DataFrame) -> pl.DataFrame:
+    """Return `cand` with, per row, the segment start of `firsts` (G, seq_u, o_*; one row per direction and
+    sequence number) of its direction starting highest below its seq_u, as c_seq and co_* (null: none).
+
+    Found by a binary search over (direction, seq_u) packed into one int64 and sorted alone: not a sort of
+    every segment start's columns for a join_asof of the few candidates.  Falls back to the join_asof when
+    the packing does not fit or a key is null."""
+    cover = firsts.rename({c: "c" + c for c in firsts.columns if c.startswith("o_")}).rename({"seq_u": "c_seq"})
+    # (`prepare`'s keys: a categorical conn and the two-valued direction enum, whose codes pack into one integer)
+    keyed = all(isinstance(df.schema["conn"], pl.Categorical) and df.schema["dir"] == DIR for df in (cand, firsts))
+    if keyed and cand.height and firsts.height and not any(
+            df.get_column(c).null_count() for df in (cand, firsts) for c in (*G, "seq_u")):
+        code = (pl.col("conn").to_physical().cast(pl.Int64) * 2 + pl.col("dir").to_physical().cast(pl.Int64))
+        fk, qk = (df.select(code.alias("_cd"), "seq_u") for df in (firsts, cand))
+        lo = min(fk.get_column("seq_u").min(), qk.get_column("seq_u").min())
+        span = max(fk.get_column("seq_u").max(), qk.get_column("seq_u").max()) - lo + 1
+        if (max(fk.get_column("_cd").max(), qk.get_column("_cd").max()) + 1) * span < 1 << 63:
+            packed = pl.col("_cd") * span + (pl.col("seq_u") - lo)
+            perm = fk.select(packed.arg_sort()).to_series()
+            fcode = fk.get_column("_cd").gather(perm).to_numpy()
+            sorted_key = fk.select(packed.gather(perm)).to_series().to_numpy()
+            # the last start strictly below the candidate's (join_asof "backward" without exact matches)
+            at = np.searchsorted(sorted_key, qk.select(packed).to_series().to_numpy(), side="left") - 1
+            ok = at >= 0
+            at = np.where(ok, at, 0)
+            ok &= fcode[at] == qk.get_column("_cd").to_numpy()
+            rows = pl.Series("_i", perm.to_numpy()[at]).to_frame().select(
+                pl.when(pl.Series(ok)).then(pl.col("_i"))).to_series()
+            return cand.hstack(cover.drop(G).select(pl.all().gather(rows)).get_columns())
+    return cand.sort("seq_u").join_asof(cover.sort("c_seq"), left_on="seq_u", right_on="c_seq", by=G,
+                                        strategy="backward", check_sortedness=False, allow_exact_matches=False)
 
 
 def _dsacked_first(t: pl.DataFrame, acks: tuple[pl.DataFrame, pl.DataFrame] | _AckIndex | None = None) -> pl.DataFrame:
