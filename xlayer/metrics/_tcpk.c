@@ -43,6 +43,10 @@ enum {
 enum { B_ZWP, B_ADV, B_KEEPALIVE, B_DUP0, B_REV_KA, B_DUPACK, N_OUTB };
 /* rows tcp_state steps through at a time in its own buffers (their inputs and outputs: a few hundred kB) */
 #define BLOCK 2048
+/* Distance between two columns of those buffers, in elements: not a multiple of 4 kB, so that one row's
+ * twenty-odd values do not all fall in the same cache set (a power-of-two stride made every row's writes
+ * evict each other: the kernel took twice as long on 1 M rows). */
+#define STRIDE (BLOCK + 40)
 
 /* Signed 32-bit difference (sequence arithmetic). */
 static inline int64_t wrap32(int64_t x)
@@ -235,9 +239,9 @@ static PyObject *tcp_state(PyObject *self, PyObject *args)
     uint8_t *outb = outbv.buf;
     int ok;
     st = malloc(sizeof(Dir) * (size_t)(2 * nconn + 1));
-    bin = malloc(sizeof(int64_t) * N_IN * BLOCK);
-    bout = malloc(sizeof(int64_t) * N_OUT * BLOCK);
-    boutb = malloc(N_OUTB * BLOCK);
+    bin = malloc(sizeof(int64_t) * N_IN * STRIDE);
+    bout = malloc(sizeof(int64_t) * N_OUT * STRIDE);
+    boutb = malloc(N_OUTB * STRIDE);
     if (!st || !bin || !bout || !boutb) {
         PyErr_NoMemory();
         goto done;
@@ -270,25 +274,25 @@ static PyObject *tcp_state(PyObject *self, PyObject *args)
             const int64_t *ord = order + k0;
             for (int c = 0; c < N_IN; c++) {
                 const int64_t *src = in[c];
-                int64_t *dst = bin + (Py_ssize_t)c * BLOCK;
+                int64_t *dst = bin + (Py_ssize_t)c * STRIDE;
                 for (Py_ssize_t j = 0; j < kn; j++)
                     dst[j] = src[ord[j]];
             }
             for (Py_ssize_t j = 0; j < kn; j++) {
                 int64_t i = ord[j], c = cid[i];
-                state_row(j, BLOCK, &st[c * 2 + dir[i]], &st[c * 2 + 1 - dir[i]], bin, flags[i], bout, boutb);
-                bout[O_PREV_CONN_TS * BLOCK + j] = c == prev_cid ? prev_ts : NUL64;
+                state_row(j, STRIDE, &st[c * 2 + dir[i]], &st[c * 2 + 1 - dir[i]], bin, flags[i], bout, boutb);
+                bout[O_PREV_CONN_TS * STRIDE + j] = c == prev_cid ? prev_ts : NUL64;
                 prev_cid = c;
-                prev_ts = bin[I_TS * BLOCK + j];
+                prev_ts = bin[I_TS * STRIDE + j];
             }
             for (int c = 0; c < N_OUT; c++) {
-                const int64_t *src = bout + (Py_ssize_t)c * BLOCK;
+                const int64_t *src = bout + (Py_ssize_t)c * STRIDE;
                 int64_t *dst = out[c];
                 for (Py_ssize_t j = 0; j < kn; j++)
                     dst[ord[j]] = src[j];
             }
             for (int c = 0; c < N_OUTB; c++) {
-                const uint8_t *src = boutb + (Py_ssize_t)c * BLOCK;
+                const uint8_t *src = boutb + (Py_ssize_t)c * STRIDE;
                 uint8_t *dst = outb + (Py_ssize_t)c * n;
                 for (Py_ssize_t j = 0; j < kn; j++)
                     dst[ord[j]] = src[j];
