@@ -122,3 +122,24 @@ def test_covering_start_is_the_join_asof(seed: int) -> None:
     plain = tm._covering(cand.with_columns(pl.col("dir").cast(pl.String)),
                          firsts.with_columns(pl.col("dir").cast(pl.String))).sort("frame")
     _same(plain.with_columns(pl.col("dir").cast(tm.DIR)), want)
+
+
+def test_direction_lookup_is_the_join() -> None:
+    rnd = random.Random(9)
+    conns = [f"c{i}" for i in range(6)]
+
+    def rows(pairs: list[tuple[str, str]]) -> pl.DataFrame:
+        return pl.DataFrame({"conn": [c for c, _ in pairs], "dir": [d for _, d in pairs]}).with_columns(
+            pl.col("conn").cast(pl.Categorical), pl.col("dir").cast(tm.DIR))
+
+    left = rows([(rnd.choice(conns), rnd.choice("ab")) for _ in range(200)])
+    right = rows(rnd.sample([(c, d) for c in conns for d in "ab"], 7)).with_columns(
+        pl.int_range(100, 107).alias("_ag"))
+    want = left.join(right, on=tm.G, how="left", maintain_order="left").get_column("_ag").fill_null(-1).to_list()
+    got = tm._group_of(left, right, "_ag").tolist()
+    assert got == want and -1 in got
+    # string keys: the join itself
+    plain = tm._group_of(left.with_columns(pl.col("dir").cast(pl.String)),
+                         right.with_columns(pl.col("dir").cast(pl.String)), "_ag").tolist()
+    assert plain == want
+    assert tm._group_of(left, right.clear(), "_ag").tolist() == [-1] * left.height

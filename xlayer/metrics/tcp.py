@@ -203,6 +203,43 @@ def _initial_ttl(ttl: pl.Expr) -> pl.Expr:
     return (pl.when(ttl <= 32).then(32).when(ttl <= 64).then(64).when(ttl <= 128).then(128).otherwise(255))
 
 
+def _dir_codes(*frames: pl.DataFrame) -> list[np.ndarray] | None:
+    """Return per frame of `prepare`'s rows (categorical conn, `DIR` dir, no nulls) each row's direction as one
+    integer (conn's code * 2 + dir's), comparable across the frames; None when a frame has other keys."""
+    code = pl.col("conn").to_physical().cast(pl.Int64) * 2 + pl.col("dir").to_physical().cast(pl.Int64)
+    if not all(isinstance(f.schema.get("conn"), pl.Categorical) and f.schema.get("dir") == DIR
+               and not f.get_column("conn").null_count() and not f.get_column("dir").null_count() for f in frames):
+        return None
+    return [f.select(code).to_series().to_numpy() for f in frames]
+
+
+def _per_direction(left: pl.DataFrame, right: pl.DataFrame) -> np.ndarray:
+    """Return per row of `left` the row of `right` (one row per direction) with its (conn, dir), -1 where none:
+    a look-up by the directions' integer codes (`_dir_codes`) instead of a join hashing both key columns of
+    every row of `left`."""
+    codes = _dir_codes(left, right)
+    if codes is not None and right.height and left.height:
+        lc, rc = codes
+        top = int(max(lc.max(), rc.max())) + 1
+        if top <= 4 * (len(lc) + len(rc)) + (1 << 20) and int(min(lc.min(), rc.min())) >= 0:
+            lut = np.full(top, -1, np.int64)
+            lut[rc] = np.arange(len(rc))
+            return lut[lc]
+    r = right.select(G).with_row_index("_rr")
+    return left.select(G).join(r, on=G, how="left", maintain_order="left").get_column("_rr") \
+        .cast(pl.Int64).fill_null(-1).to_numpy()
+
+
+def _group_of(left: pl.DataFrame, groups: pl.DataFrame, col: str) -> np.ndarray:
+    """Return per row of `left` the int64 `col` of its direction's row in `groups` (one per direction), -1 where
+    its direction has none (`_per_direction`)."""
+    at = _per_direction(left, groups)
+    out = np.full(len(at), -1, np.int64)
+    hit = at >= 0
+    out[hit] = groups.get_column(col).cast(pl.Int64).to_numpy()[at[hit]]
+    return out
+
+
 # ------------------------------------------------------------------------------------------------
 # one capture
 
@@ -517,11 +554,11 @@ class _AckIndex:
 
     def first(self, left: pl.DataFrame, need: str) -> pl.DataFrame:
         """Return `_first_ack(left, ..., need)`."""
-        q = left.select(*G, "frame", need).join(self.groups, on=G, how="left", maintain_order="left")
+        grp = _group_of(left, self.groups, "_ag")
         out = np.empty(left.height, np.int64)
-        _tcpk.first_ack(self.off, self.frame, self.ack, self.cm, q.get_column("_ag").fill_null(-1).to_numpy(),
-                        q.get_column("frame").fill_null(_NUL).to_numpy(),
-                        q.get_column(need).cast(pl.Int64).fill_null(_NUL).to_numpy(), out)
+        _tcpk.first_ack(self.off, self.frame, self.ack, self.cm, grp,
+                        left.get_column("frame").fill_null(_NUL).to_numpy(),
+                        left.get_column(need).cast(pl.Int64).fill_null(_NUL).to_numpy(), out)
         idx = pl.Series("_x", out)
         got = self.cols.select(pl.all().gather(idx.clip(0, None))) if self.cols.height else \
             pl.DataFrame({c: pl.Series(c, [None] * left.height, pl.Int64) for c in self.cols.columns})
@@ -636,8 +673,7 @@ def _retx_between(s: pl.DataFrame, cand_frames: pl.DataFrame) -> pl.DataFrame:
     r = cand_frames.select(*G, "frame").sort(*G, "frame").with_columns(pl.struct(G).rle_id().cast(pl.Int64).alias("_rg"))
     rg = r.get_column("_rg").to_numpy()
     starts = np.flatnonzero(np.diff(rg, prepend=-1)) if r.height else np.zeros(0, np.int64)
-    q = s.select(*G).join(r.select(*G, "_rg").unique("_rg"), on=G, how="left", maintain_order="left")
-    grp = q.get_column("_rg").fill_null(-1).to_numpy()
+    grp = _group_of(s, r.select(*G, "_rg").unique("_rg"), "_rg")
     off, vals = np.append(starts, r.height).astype(np.int64), r.get_column("frame").fill_null(_NUL).to_numpy()
     counts = []
     for c in ("frame", "ack_frame"):
@@ -684,7 +720,10 @@ _EVENTS_ONLY = ("flow", "syn", "fin", "rst", "len", "win", "base", "rbase", "zwp
 def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """`_analyze` of a capture's `prepare`d rows (`kind`: the capture's, when the rows have no kind column)."""
     # joined on the two key columns only: a join of the whole working table would copy every column
-    t = t.with_columns(t.select(G).join(sides(t), on=G, how="left", maintain_order="left").get_column("side"))
+    # (a look-up of the few directions' sides by their integer codes: no join over every row's two keys)
+    sd = sides(t)
+    at = pl.Series("_at", _per_direction(t, sd))
+    t = t.with_columns(sd.get_column("side").gather(at.set(at < 0, None)))
     below = pl.col("seg") & pl.col("nxt").is_not_null() & (pl.col("seq_u") < pl.col("nxt")) \
         & ~pl.col("keepalive") & ~pl.col("zwp") & ~((pl.col("len") > 1) & (pl.col("seq_u") == pl.col("nxt") - 1))
     # not below "next expected", yet the receiver had the bytes: a retransmission whose original the capture
