@@ -649,7 +649,7 @@ def _rto(t: pl.DataFrame, cand_seq: pl.DataFrame, cand_frames: pl.DataFrame,
     """Return (conn, dir, ts_ns, srtt, rto) after each RTT sample (RFC 6298; Karn: never-retransmitted data;
     `copies`: frames of network copies, no sample of their own: their original gives it)."""
     d = t.lazy().filter(pl.col("data")).select(*G, "frame", "ts_ns", "seq_u", "end_u").collect()
-    d = d.join(cand_seq, on=[*G, "seq_u"], how="anti").drop("seq_u")
+    d = _without_keys(d, cand_seq).drop("seq_u")
     if copies is not None and copies.height:
         d = d.join(copies, on=[*G, "frame"], how="anti")
     s = _first_ack(d, t, "end_u", acks).filter(pl.col("ack_ts").is_not_null())
@@ -664,6 +664,18 @@ def _rto(t: pl.DataFrame, cand_seq: pl.DataFrame, cand_frames: pl.DataFrame,
     s = s.sort("ack_frame").join_asof(n, left_on="ack_frame", right_on="_f", by=G, strategy="backward",
                                       check_sortedness=False).drop("_f")
     return _rtt_estimates(s)
+
+
+def _without_keys(d: pl.DataFrame, keys: pl.DataFrame) -> pl.DataFrame:
+    """Return the rows of `d` whose (conn, dir, seq_u) is not in `keys` (a few), in their order: the anti-join
+    decided on the rows whose seq_u alone matches one, not by hashing three keys of every row."""
+    maybe = d.get_column("seq_u").is_in(keys.get_column("seq_u").implode())
+    if not maybe.any():
+        return d
+    hit = d.with_row_index("_r").filter(maybe).join(keys, on=[*G, "seq_u"], how="semi").get_column("_r").to_numpy()
+    keep = np.ones(d.height, bool)
+    keep[hit] = False
+    return d.filter(pl.Series(keep))
 
 
 def _retx_between(s: pl.DataFrame, cand_frames: pl.DataFrame) -> pl.DataFrame:
@@ -743,7 +755,9 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     del by_dsack
     # network (or capture) copies: judged from IP and TCP header fields that are dropped from the rows below
     # (only the segments at a candidate's sequence number are read: a semi-join before the columns are copied)
-    copies = network_copies(cand, t.lazy().filter(pl.col("seg"))
+    # (the rows at a candidate's sequence number found on that one integer first: the semi-join on three
+    # keys then hashes those few rows, not every segment's)
+    copies = network_copies(cand, t.lazy().filter(pl.col("seg") & pl.col("seq_u").is_in(cand.get_column("seq_u").implode()))
                             .join(cand.lazy().select(*G, "seq_u").unique(), on=[*G, "seq_u"], how="semi").select(
         *G, "frame", "ts_ns", "seq_u", "len", pl.col("ip_id").cast(pl.Int64), pl.col("tcp_tsval").cast(pl.Int64)
         .alias("tsval"), pl.col("tcp_tsecr").cast(pl.Int64).alias("tsecr"), pl.col("ack_u").alias("ack"),
@@ -935,7 +949,8 @@ def _dsacked_first(t: pl.DataFrame, acks: tuple[pl.DataFrame, pl.DataFrame] | _A
     # D-SACKed came later) ...
     hit = _first_ack(hit, t, "end_u", acks).filter(pl.col("ack_frame").is_null() | (pl.col("ack_frame") >= pl.col("_df")))
     # ... and comes before any other transmission of its sequence number here
-    again = t.lazy().filter(pl.col("seg")).select(*G, "seq_u", pl.col("frame").alias("_f")).collect() \
+    again = t.lazy().filter(pl.col("seg") & pl.col("seq_u").is_in(hit.get_column("seq_u").implode())) \
+        .select(*G, "seq_u", pl.col("frame").alias("_f")).collect() \
         .join(hit.select(*G, "seq_u", "frame", "_df"), on=[*G, "seq_u"]) \
         .filter((pl.col("_f") > pl.col("frame")) & (pl.col("_f") < pl.col("_df")))
     return hit.join(again, on=[*G, "frame"], how="anti").select(*G, "frame")
@@ -1116,7 +1131,8 @@ def _receiver_evidence(cand: pl.DataFrame, t: pl.DataFrame, rx: list[tuple[str, 
 
 def _originals(t: pl.DataFrame, cand: pl.DataFrame) -> pl.DataFrame:
     """Return the segments of `t` starting at a candidate's sequence number (its possible originals)."""
-    return t.lazy().filter(pl.col("seg")).select(
+    # (filtered on the sequence number alone first: the semi-join on three keys then hashes few rows)
+    return t.lazy().filter(pl.col("seg") & pl.col("seq_u").is_in(cand.get_column("seq_u").implode())).select(
         *G, "seq_u", pl.col("frame").alias("pf"), pl.col("tcp_seq").alias("sr"), pl.col("ip_id").alias("pid"),
         pl.col("tcp_tsval").alias("pts"), pl.col("idinfo").alias("pinfo")).collect() \
         .join(cand.select(*G, "seq_u").unique(), on=[*G, "seq_u"], how="semi")
