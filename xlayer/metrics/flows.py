@@ -1086,9 +1086,7 @@ def _paths(keys: list[Keyed], ok: list[int]) -> pl.DataFrame:
             .with_columns(pl.col("cap").replace_strict(rank, return_dtype=pl.Int32).alias("_rk")))
     pivot = seen.group_by("conn").agg(pl.col("cap").sort_by("_rk").first().alias("piv"))
     piv_of = names.select("fh", "conn").join(pivot, on="conn")
-    # (the pivot's rows picked by the join itself, not every row joined and then filtered)
-    at_piv = (allk.join(piv_of.select("fh", pl.col("piv").alias("cap")), on=["fh", "cap"])
-              .select("_k", pl.col("ts_ns").alias("_tp")))
+    at_piv = _pivot_rows(frames, ok, piv_of)
     ids = keys[ok[0]].ids if all(keys[i].ids == keys[ok[0]].ids for i in ok) else 0
     d = ((_matched(allk, at_piv, ids) if ids else allk.join(at_piv, on="_k")).group_by("fh", "cap")
          .agg((pl.col("ts_ns") - pl.col("_tp")).median().alias("d"))
@@ -1119,6 +1117,15 @@ def _paths(keys: list[Keyed], ok: list[int]) -> pl.DataFrame:
     path = (d.sort("fh", "pos", "_sg", "cap").select("fh", "cap")
             .with_columns(pl.int_range(pl.len(), dtype=pl.Int32).over("fh").alias("rank")))
     return _refine(path, allk, names, ids)
+
+
+def _pivot_rows(frames: list[pl.DataFrame], ok: list[int], piv_of: pl.DataFrame) -> pl.DataFrame:
+    """Return (_k, _tp) of the rows of `frames` (fh, _k, ts_ns; frames[j] holds capture ok[j]) at their flow's
+    pivot capture (`piv_of`: fh -> piv): each pivot's rows picked from its own frame by the flow hash alone,
+    not by a join of every capture's rows on (flow, capture)."""
+    parts = [frames[ok.index(piv)].filter(pl.col("fh").is_in(pl.Series(fhs, dtype=frames[0].schema["fh"]).implode()))
+             for piv, fhs in piv_of.group_by("piv").agg("fh").iter_rows()]
+    return pl.concat(parts or [frames[0].clear()]).select("_k", pl.col("ts_ns").alias("_tp"))
 
 
 def _refine(path: pl.DataFrame, allk: pl.DataFrame, names: pl.DataFrame, ids: int = 0) -> pl.DataFrame:
