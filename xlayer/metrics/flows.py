@@ -1088,8 +1088,7 @@ def _paths(keys: list[Keyed], ok: list[int]) -> pl.DataFrame:
     piv_of = names.select("fh", "conn").join(pivot, on="conn")
     at_piv = _pivot_rows(frames, ok, piv_of)
     ids = keys[ok[0]].ids if all(keys[i].ids == keys[ok[0]].ids for i in ok) else 0
-    d = ((_matched(allk, at_piv, ids) if ids else allk.join(at_piv, on="_k")).group_by("fh", "cap")
-         .agg((pl.col("ts_ns") - pl.col("_tp")).median().alias("d"))
+    d = (_pivot_delays(frames, ok, at_piv, ids)
          .join(names.select("fh", "conn", "dir", "src", "dst"), on="fh").join(pivot, on="conn"))
     rev = d.select("conn", "cap", pl.when(pl.col("dir") == "a").then(pl.lit("b")).otherwise(pl.lit("a")).alias("dir"),
                    pl.col("d").alias("_dr"))
@@ -1126,6 +1125,26 @@ def _pivot_rows(frames: list[pl.DataFrame], ok: list[int], piv_of: pl.DataFrame)
     parts = [frames[ok.index(piv)].filter(pl.col("fh").is_in(pl.Series(fhs, dtype=frames[0].schema["fh"]).implode()))
              for piv, fhs in piv_of.group_by("piv").agg("fh").iter_rows()]
     return pl.concat(parts or [frames[0].clear()]).select("_k", pl.col("ts_ns").alias("_tp"))
+
+
+def _pivot_delays(frames: list[pl.DataFrame], ok: list[int], at_piv: pl.DataFrame, ids: int) -> pl.DataFrame:
+    """Return (fh, cap, d): per flow and capture, the median delay of its packets from their time at the pivot
+    (`at_piv`: _k, _tp), grouped capture by capture on the flow hash alone (a group-by on (flow, capture) over
+    every capture's rows encodes both keys of each row)."""
+    med = (pl.col("ts_ns") - pl.col("_tp")).median().alias("d")
+    # (the pivot's row of each identity number found once, for every capture's look-ups)
+    pos = _rows_of(ids, at_piv.get_column("_k")) if ids else None
+    tp = at_piv.get_column("_tp")
+    parts = []
+    for f, cap in zip(frames, ok):
+        if pos is None:
+            m = f.join(at_piv, on="_k")
+        else:
+            at = pos[f.get_column("_k").to_numpy()]
+            hit = at >= 0
+            m = f.filter(pl.Series(hit)).with_columns(tp.gather(pl.Series(at[hit])))
+        parts.append(m.group_by("fh").agg(med).select("fh", pl.lit(cap, pl.Int32).alias("cap"), "d"))
+    return pl.concat(parts)
 
 
 def _refine(path: pl.DataFrame, allk: pl.DataFrame, names: pl.DataFrame, ids: int = 0) -> pl.DataFrame:
