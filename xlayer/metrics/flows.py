@@ -338,8 +338,8 @@ def prepare(packets: pl.DataFrame, kind: str = "wired", vantage: str | None = No
     keep = pl.col("flow").is_not_null()
     if "fcs_bad" in cols:
         keep = keep & ~pl.col("fcs_bad").fill_null(False)
-    # (the flow's number made once, for both plans below: categorical codes depend on what was coded
-    # before, so two plans coding the same strings could number them differently)
+    # (the flow's number made once, for both plans below: its numbers follow the rows' order, and without
+    # the kernel categorical codes depend on what was coded before, so two plans could number differently)
     packets = packets.with_columns(_flow_ids(packets))
     rows = packets.lazy().filter(keep)
     # The strings (flow, conn, dir, addresses) are constant per flow: taken once per flow here, from its
