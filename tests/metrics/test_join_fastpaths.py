@@ -27,6 +27,7 @@ def _matched_groups(n: int, packets: int) -> pl.DataFrame:
         "ta": _some_null(RNG.choice(["02:00:00:00:00:01", "02:00:00:00:00:02"], n).tolist()),
         "ra": _some_null(RNG.choice(["02:00:00:00:00:01", "02:00:00:00:00:02"], n).tolist()),
         "useq": _some_null(RNG.integers(0, 9999, n).tolist()),
+        "holes": _some_null(RNG.integers(0, 99, n).tolist()),
         "gid": pl.Series(np.arange(n), dtype=pl.Int64),
         "last_air_frame": _some_null(RNG.integers(0, n, n).tolist()),
         "last_air_ts_ns": _some_null(RNG.integers(0, 10**9, n).tolist()),

@@ -48,7 +48,8 @@ def _attempts(n: int) -> pl.DataFrame:
         "acked_by": RNG.choice(["ack", "blockack", "none"], n).tolist(),
         "ack_frame": pl.Series(_some_null(RNG.integers(0, n, n).tolist()), dtype=pl.Int64),
     }).with_columns((pl.col("acked_by") != "none").alias("acked"),
-                    pl.Series("useq", RNG.integers(0, 10_000, n), dtype=pl.Int64))
+                    pl.Series("useq", RNG.integers(0, 10_000, n), dtype=pl.Int64),
+                    pl.Series("holes", RNG.integers(0, 50, n), dtype=pl.Int64))
 
 
 def test_msdu_groups_of_single_attempts_as_the_group_by():
@@ -62,23 +63,33 @@ def test_msdu_groups_of_single_attempts_as_the_group_by():
         assert_frame_equal(got, want, check_exact=True)
 
 
-def test_positions_and_scatter_gather_as_a_join_on_the_row_number():
+def test_positions_and_positional_join_as_a_join_on_the_row_number():
     all_i = pl.Series("_i", np.sort(RNG.choice(10_000, 6000, replace=False)), dtype=pl.UInt32)
     sub = pl.Series("_i", np.sort(RNG.choice(all_i.to_numpy(), 2500, replace=False)), dtype=pl.UInt32)
     assert (all_i.to_numpy()[join._positions(all_i, sub)] == sub.to_numpy()).all()
     every = pl.Series("_i", np.arange(100), dtype=pl.UInt32)
     assert (join._positions(every, sub.filter(sub < 100)) == sub.filter(sub < 100).to_numpy()).all()
-    # values keyed by distinct row numbers in no order; some wanted numbers have none, one is past them all
+    # values keyed by distinct row numbers in no order; some wanted numbers have none, one is past them all,
+    # one is null
     keys = pl.Series("_i", RNG.permutation(all_i.to_numpy()), dtype=pl.UInt32)
-    values = pl.Series("useq", _some_null(RNG.integers(-50, 10**6, keys.len()).tolist(), 0.1), dtype=pl.Int64)
-    want_i = pl.Series("_i", np.r_[RNG.integers(0, 10_000, 3000), 20_000], dtype=pl.UInt32)
-    got = join._scatter_gather(keys, values, want_i)
-    ref = (want_i.to_frame().join(pl.DataFrame([keys, values]), on="_i", how="left", maintain_order="left")
-           .get_column("useq"))
-    assert got.null_count() > values.null_count() // 2      # both the null values and the missing keys
-    assert_series_equal(got, ref, check_exact=True)
-    empty = join._scatter_gather(keys.head(0), values.head(0), want_i)
-    assert empty.dtype == pl.Int64 and empty.null_count() == want_i.len()
+    right = pl.DataFrame([keys, pl.Series("useq", _some_null(RNG.integers(-50, 10**6, keys.len()).tolist(), 0.1),
+                                          dtype=pl.Int64),
+                          pl.Series("ta", RNG.choice(MACS, keys.len()).tolist(), dtype=pl.Categorical)])
+    left = pl.DataFrame([pl.Series("_i", [*RNG.integers(0, 10_000, 3000), 20_000, None], dtype=pl.UInt32),
+                         pl.Series("x", np.arange(3002))])
+    assert join._index_rows(right.get_column("_i"), left.get_column("_i")) is not None
+    got = join._join_left(left, right, ["_i"])
+    ref = left.join(right, on="_i", how="left", maintain_order="left")
+    assert got.get_column("useq").null_count() > right.get_column("useq").null_count() // 2   # both kinds of null
+    assert_frame_equal(got, ref, check_exact=True)
+    empty = join._join_left(left, right.head(0), ["_i"])
+    assert_frame_equal(empty, left.join(right.head(0), on="_i", how="left", maintain_order="left"))
+    # a repeated key, a negative one, or keys far larger than the tables: the hash join
+    for r in (pl.concat([right, right.head(5)]), right.with_columns(-pl.col("_i").cast(pl.Int64) - 1),
+              right.with_columns(pl.col("_i").cast(pl.Int64) * 10**9)):
+        assert join._index_rows(r.get_column("_i"), left.get_column("_i").cast(r.schema["_i"])) is None
+        lf = left.with_columns(pl.col("_i").cast(r.schema["_i"]))
+        assert_frame_equal(join._join_left(lf, r, ["_i"]), lf.join(r, on="_i", how="left", maintain_order="left"))
 
 
 def test_compact_keeps_values_and_types_and_sheds_the_shared_buffers():

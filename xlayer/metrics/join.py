@@ -331,6 +331,7 @@ def _attempts(air: pl.DataFrame) -> pl.DataFrame:
         pl.col("wlan_ta").alias("ta"), pl.col("wlan_ra").alias("ra"), pl.col("wlan_seq").alias("mac_seq"),
         pl.col("wlan_frag").fill_null(0).alias("frag"),
         pl.when((pl.col("wlan_subtype").cast(pl.Int32) & 8) != 0).then(pl.col("wlan_tid")).alias("tid"),
+        ((pl.col("wlan_subtype").cast(pl.Int32) & 8) != 0).alias("_qos"),
         pl.col("wlan_retry").fill_null(False).alias("retry"),
         pl.col("wlan_more_frag").fill_null(False).alias("more_frag"),
         pl.col("phy_rate_mbps").alias("rate_mbps"), "ampdu_ref",
@@ -493,32 +494,56 @@ def _seq_spaces(air: pl.DataFrame) -> pl.DataFrame:
     s = with_sorted_ids(s, part, "_q").sort("_q", maintain_order=True)
     step = ((pl.col("seq") - pl.col("seq").shift(1).over("_q") + 2048) % 4096 - 2048).fill_null(0)
     s = s.with_columns(step.cum_sum().over("_q").alias("useq"))
-    u = _distinct_numbers(s, part)
+    u, inv = _distinct_numbers_of(s, part)
     u = u.with_columns(
         (pl.col("useq") - pl.col("useq").min().over("_q") - pl.int_range(pl.len()).over("_q")).alias("holes"))
     u = u.select("ta", "ra", "_tid", "useq", "seq", "ts_ns", "direction", "holes")
-    return u, s.select("_i", "ta", "ra", "_tid", "useq")
+    # each record's holes: those of its number in its space (what the downlink reads of a matched MPDU's space)
+    return u, s.select("_i", "useq", u.get_column("holes").gather(inv))
+
+
+def _odd_space_holes(att: pl.DataFrame, space: pl.DataFrame) -> pl.DataFrame:
+    """Return the attempts with the holes of a QoS data frame without a TID (if ever) taken, as the downlink
+    does, from its transmitter's shared space (ra and TID unset) at its number: its own space has a null TID."""
+    odd = att.get_column("_qos") & att.get_column("tid").is_null()
+    att = att.drop("_qos")
+    if not odd.any():
+        return att
+    shared = space.filter(pl.col("ra").is_null() & (pl.col("_tid") == -1)).select("ta", "useq", pl.col("holes").alias("_h"))
+    got = _join_left(att.select("ta", "useq"), shared, ["ta", "useq"]).get_column("_h")
+    return att.with_columns(pl.when(pl.Series(odd)).then(got).otherwise(pl.col("holes")).alias("holes"))
 
 
 def _distinct_numbers(s: pl.DataFrame, part: list[str]) -> pl.DataFrame:
     """Return one row per (_q, useq) of `s` (rows in (_q, _i) order), sorted by them: `part`, seq and
     direction of its first row, ts_ns its earliest."""
+    return _distinct_numbers_of(s, part)[0]
+
+
+def _distinct_numbers_of(s: pl.DataFrame, part: list[str]) -> tuple[pl.DataFrame, pl.Series]:
+    """Return `_distinct_numbers` and, per row of `s`, the row of its (_q, useq) in it."""
     lo, hi = (s.select(pl.col("useq").min().alias("lo"), pl.col("useq").max().alias("hi")).row(0) if s.height
               else (0, 0))
     if not s.height or hi - lo >= 1 << 40 or s.get_column("_q").max() >= 1 << 22:
-        return (s.group_by("_q", "useq").agg(pl.col(*part, "seq").first(), pl.col("ts_ns").min(),
-                                              pl.col("direction").first()).sort("_q", "useq"))
+        u = (s.group_by("_q", "useq").agg(pl.col(*part, "seq").first(), pl.col("ts_ns").min(),
+                                           pl.col("direction").first()).sort("_q", "useq"))
+        inv = s.select("_q", "useq").join(u.select("_q", "useq").with_row_index("_u"), on=["_q", "useq"],
+                                          how="left", maintain_order="left").get_column("_u")
+        return u, inv
     # A group-by on the two columns, then a sort of its result, took 0.18 s at 0.3x: one stable sort on
     # one integer instead (ties keep their (_q, _i) order, so a run's first row is the group's first)
     # and the runs' starts.
     k = (s.get_column("_q").cast(pl.Int64) * (1 << 41) + (s.get_column("useq") - lo)).to_numpy()
     order = np.argsort(k, kind="stable")
     k = k[order]
-    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    new = np.r_[True, k[1:] != k[:-1]]
+    starts = np.flatnonzero(new)
     first = s.select("_q", "useq", *part, "seq", "direction")[order[starts]]
     earliest = np.minimum.reduceat(s.get_column("ts_ns").to_numpy()[order], starts)
+    inv = np.empty(len(k), np.int64)
+    inv[order] = np.cumsum(new) - 1
     return first.with_columns(pl.Series("ts_ns", earliest, pl.Int64)).select(
-        "_q", "useq", *part, "seq", "ts_ns", "direction")
+        "_q", "useq", *part, "seq", "ts_ns", "direction"), pl.Series("_u", inv)
 
 
 def _orphan_acks(air: pl.DataFrame) -> pl.DataFrame:
@@ -578,7 +603,8 @@ def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[
         "ip_src", "ip_dst", "wlan_ba_bitmap", "wlan_ba_ssn")
     att = _confirm(air, _attempts(air), ba, ba_bits)
     space, seq_of = _seq_spaces(air)
-    att = att.hstack([_scatter_gather(seq_of.get_column("_i"), seq_of.get_column("useq"), att.get_column("_i"))])
+    # (each attempt's number and holes in its record's space: the space the downlink looks a packet's MPDU up in)
+    att = _odd_space_holes(_join_left(att, seq_of, ["_i"]), space)
     del seq_of
     # what needs the air records is done first, so that they are freed before the MSDU groups are built
     # (of the Block Ack bits, capture loss reads only the distinct (transmitter, receiver, seq): one row per
@@ -627,7 +653,7 @@ def _msdu_groups(att: pl.DataFrame) -> pl.DataFrame:
     if several.all():
         return multi
     one = att.lazy().filter(~several).select(
-        "gid", "ta", "ra", "direction", "station", "tid", "mac_seq", "useq", "key", "flow", "ip_id", "ip_len",
+        "gid", "ta", "ra", "direction", "station", "tid", "mac_seq", "useq", "holes", "key", "flow", "ip_id", "ip_len",
         "protected", pl.col("nokey").alias("_nokey"), pl.col("amsdu").alias("_amsdu"), "pn",
         # as the aggregations make of one row: a sum of a null is 0, a list holds the one value
         pl.col("body").fill_null(0).alias("_body"),
@@ -651,7 +677,8 @@ def _msdu_groups_by(att: pl.DataFrame) -> pl.DataFrame:
                            (last_frag & pl.col("acked")).alias("_final_acked"))
     grp = att.group_by("gid").agg(
         pl.col("ta").first(), pl.col("ra").first(), pl.col("direction").first(), pl.col("station").first(),
-        pl.col("tid").first(), pl.col("mac_seq").first(), pl.col("useq").first(), pl.col("key").drop_nulls().first(),
+        pl.col("tid").first(), pl.col("mac_seq").first(), pl.col("useq").first(), pl.col("holes").first(),
+        pl.col("key").drop_nulls().first(),
         pl.col("flow").drop_nulls().first(), pl.col("ip_id").drop_nulls().first(),
         pl.col("ip_len").drop_nulls().first(),
         pl.col("protected").any(), pl.col("nokey").all().alias("_nokey"), pl.col("amsdu").any().alias("_amsdu"),
@@ -758,7 +785,7 @@ _GROUP_INFO = ("air_capture_file", "first_air_frame", "last_air_frame", "first_a
 
 
 # what `_merge_groups` reads of the matched groups (besides the packet column)
-_MERGE_COLS = ("air_capture_file", "first_air_frame", "first_air_ts_ns", "_start", "mac_seq", "tid", "ta", "ra", "useq",
+_MERGE_COLS = ("air_capture_file", "first_air_frame", "first_air_ts_ns", "_start", "mac_seq", "tid", "ta", "ra", "useq", "holes",
                "gid", "last_air_frame", "last_air_ts_ns", "n_attempts", "n_retries", "n_fragments", "rates_mbps",
                "ampdu", "acked_by", "ack_frame")
 
@@ -779,7 +806,7 @@ def _merge_one(m: pl.DataFrame, by: str) -> pl.DataFrame:
     """Return `_merge_several` of rows each alone in its `by` group, column by column (no group-by)."""
     return m.select(
         by, "match", "match_confidence", "air_capture_file", "first_air_frame", "first_air_ts_ns", "_start",
-        "mac_seq", "tid", "ta", "ra", "useq", "gid", "last_air_frame", "last_air_ts_ns",
+        "mac_seq", "tid", "ta", "ra", "useq", "holes", "gid", "last_air_frame", "last_air_ts_ns",
         # as the aggregations make of one row: a sum ignores a null, so does any(); a null list explodes to none
         pl.col("n_attempts").fill_null(0), pl.col("n_retries").fill_null(0), "n_fragments",
         pl.col("rates_mbps").fill_null(pl.lit([], pl.List(pl.Float64))), pl.col("ampdu").fill_null(False),
@@ -792,7 +819,7 @@ def _merge_several(m: pl.DataFrame, by: str) -> pl.DataFrame:
     return m.sort("first_air_frame").group_by(by).agg(
         pl.col("match").first(), pl.col("match_confidence").first(),
         *(pl.col(c).first() for c in ("air_capture_file", "first_air_frame", "first_air_ts_ns", "_start", "mac_seq",
-                                      "tid", "ta", "ra", "useq", "gid")),
+                                      "tid", "ta", "ra", "useq", "holes", "gid")),
         pl.col("last_air_frame").last(), pl.col("last_air_ts_ns").last(),
         pl.col("n_attempts").sum(), pl.col("n_retries").sum(), pl.col("n_fragments").max(),
         pl.col("rates_mbps").list.explode(keep_nulls=False, empty_as_null=False), pl.col("ampdu").any(),
@@ -836,50 +863,39 @@ def _positions(all_i: pl.Series, sub_i: pl.Series) -> np.ndarray:
     return np.searchsorted(all_i.to_numpy(), sub).astype(np.int64)
 
 
-def _scatter_gather(keys: pl.Series, values: pl.Series, want: pl.Series) -> pl.Series:
-    """Return `values` at the rows whose `keys` (distinct row numbers, any order) equal each of `want`, null
-    where none does: `_join_left` on a row number, by position in an array as long as the largest number."""
-    k, w = keys.to_numpy().astype(np.int64), want.to_numpy().astype(np.int64)
-    size = int(max(k.max() if len(k) else -1, w.max() if len(w) else -1)) + 1
-    at = np.full(size, -1, np.int64)
+def _index_rows(keys: pl.Series, want: pl.Series) -> pl.Series | None:
+    """Return per value of `want` the row of `keys` holding it (null: none), or None when the keys are not
+    distinct small non-negative integers (row numbers, group ids) that can be looked up by position."""
+    if not keys.dtype.is_integer() or not want.dtype.is_integer() or keys.null_count():
+        return None
+    if keys.len() and (keys.min() < 0 or keys.max() > 4 * (keys.len() + want.len()) + 1024):
+        return None
+    k = keys.cast(pl.Int64).to_numpy()
+    at = np.full(int(k.max()) + 1 if len(k) else 0, -1, np.int64)
     at[k] = np.arange(len(k))
-    rows = at[w]
-    out = values.gather(pl.Series(np.maximum(rows, 0), dtype=pl.Int64)) if len(k) else \
-        pl.Series(values.name, [None] * len(w), values.dtype)
-    missing = rows < 0
-    if len(k) and missing.any():
-        out = out.to_frame().select(pl.when(pl.Series(~missing)).then(pl.col(values.name))).to_series()
-    return out.alias(values.name)
+    if len(k) and (at[k] != np.arange(len(k))).any():     # a key repeated
+        return None
+    # (a value beyond every key, negative or null looks up nothing)
+    w = want.cast(pl.Int64, strict=False).fill_null(-1).to_numpy() if want.len() else np.zeros(0, np.int64)
+    inside = (w >= 0) & (w < len(at))
+    rows = np.full(len(w), -1, np.int64)
+    rows[inside] = at[w[inside]]
+    miss = rows < 0
+    return pl.Series("_row", np.ma.masked_array(rows, miss), pl.Int64) if miss.any() else pl.Series("_row", rows)
 
 
 def _join_left(d: pl.DataFrame, right: pl.DataFrame, on: list[str], nulls_equal: bool = False) -> pl.DataFrame:
     """Return `d` left-joined to `right` (one row per key): the key columns alone go through the join,
     so that the rest of `d` is not copied; rows keep their order."""
+    if len(on) == 1:
+        # one integer key (a packet's or a group's number): its rows looked up by position, not hashed
+        rows = _index_rows(right.get_column(on[0]), d.get_column(on[0]))
+        if rows is not None:
+            return d.hstack(right.drop(on).select(pl.all().gather(rows)).get_columns())
     add = d.select(on).join(right, on=on, how="left", nulls_equal=nulls_equal, maintain_order="left")
     if add.height != d.height:      # a key repeated in `right`: the plain join multiplies the rows
         return d.join(right, on=on, how="left", nulls_equal=nulls_equal, maintain_order="left")
     return d.hstack(add.drop(on).get_columns())
-
-
-def _join_holes(d: pl.DataFrame, sp: pl.DataFrame) -> pl.DataFrame:
-    """Return `d` left-joined to the sequence spaces' holes `sp` on (ta, _sra, _tid, useq), nulls equal."""
-    on = ["ta", "_sra", "_tid"]
-    lo, hi = sp.select(pl.col("useq").min().alias("lo"), pl.col("useq").max().alias("hi")).row(0)
-    dlo, dhi = d.select(pl.col("useq").min().alias("lo"), pl.col("useq").max().alias("hi")).row(0)
-    lo, hi = min(x for x in (lo, dlo, 0) if x is not None), max(x for x in (hi, dhi, 0) if x is not None)
-    if lo < -(1 << 39) or hi >= 1 << 39:      # (the one integer below would not be unique)
-        return _join_left(d, sp, [*on, "useq"], nulls_equal=True)
-    # A join on the four columns of a million rows, two of them address strings, held some 300 MB of
-    # encoded keys: the few spaces are numbered first and the rows joined on one integer instead.
-    ids = sp.select(on).unique().with_row_index("_sid")
-    key = (pl.col("_sid").cast(pl.Int64) * (1 << 40) + pl.col("useq")).alias("_k")
-    right = sp.join(ids, on=on, how="left", nulls_equal=True).select(key, "holes")
-    left = d.select(*on, "useq").join(ids, on=on, how="left", nulls_equal=True, maintain_order="left").select(key)
-    add = left.join(right, on="_k", how="left", maintain_order="left")
-    del left, right
-    if add.height != d.height:      # a key repeated in `sp`: as `_join_left` does then
-        return _join_left(d, sp, [*on, "useq"], nulls_equal=True)
-    return d.hstack([add.get_column("holes")])
 
 
 _DOWN_COLS = tuple(c.name for c in DOWNLINK)
@@ -1340,14 +1356,16 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
     """Return (per wired downlink packet `_w`: its groups and fate in one air capture, gid -> _w map); `shift`:
     `clock_correction`, for the keyless pairs."""
     # lazily: only the columns the matches keep are filtered and sorted, not every column of the groups
-    g = (a["groups"].lazy().filter((pl.col("direction") == "down") & pl.col("key").is_not_null())
-         .select("key", *_MERGE_COLS, (pl.col("_start") + SLACK_NS).alias("_t")).sort("_t").collect())
+    # (the groups' row numbers, keys and times alone are sorted and matched: their other columns are taken
+    # afterwards for the matched rows only)
+    g = (a["groups"].lazy().with_row_index("_g").filter((pl.col("direction") == "down") & pl.col("key").is_not_null())
+         .select("_g", "key", (pl.col("_start") + SLACK_NS).alias("_t")).sort("_t").collect())
     m = g.join_asof(w.select("_w", "key", pl.col("ts_ns").alias("_wts")).sort("_wts"), left_on="_t",
                     right_on="_wts", by="key", strategy="nearest", tolerance=MATCH_WINDOW_NS + SLACK_NS,
                     check_sortedness=False)
     del g             # the matching's working tables are freed as soon as used: this is the join's busiest moment
-    # lazily: the filter copies only what is read next, not every column of the groups
-    m = m.lazy().filter(pl.col("_w").is_not_null()).select("_w", *_MERGE_COLS).collect()
+    m = m.filter(pl.col("_w").is_not_null())
+    m = m.select("_w").hstack(a["groups"].select(_MERGE_COLS).select(pl.all().gather(m.get_column("_g"))).get_columns())
     m = _with_protected(m, protected_down(w, a, shift), a["groups"])
     gmap = m.select("gid", "_w")
     per = _merge_groups(m, "_w")
@@ -1356,10 +1374,8 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
     # (the packet's number alone goes through the join: the packets' other columns are not copied)
     d = _join_left(w, per, ["_w"]).with_columns(_space_cols()).drop("ra")
     del per
-    # holes (sequence numbers missed before it) of each matched packet's MPDU
-    sp = a["space"].select("ta", pl.col("ra").alias("_sra"), "_tid", "useq", "holes")
-    d = _join_holes(d, sp).drop("useq")
-    del sp
+    # (the holes, sequence numbers missed before it, of each matched packet's MPDU came with its group)
+    d = d.drop("useq")
     matched = pl.col("gid").is_not_null()
     # an unseen packet's space: the one its station's packets of the same DSCP used (else the station's)
     seen = d.lazy().filter(matched).select("station", "ip_dscp", "ta", "_sra", "_tid").collect()
@@ -1428,12 +1444,15 @@ def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0
     `clock_correction`, for the keyless pairs."""
     up = (pl.col("direction") == "up") & pl.col("key").is_not_null()
     # lazily: only the columns the matches keep are filtered and sorted, not every column of the groups
-    g = a["groups"].lazy().filter(up).select("key", *_MERGE_COLS).sort("first_air_ts_ns").collect()
+    # (as downlink: the groups' row numbers, keys and times alone are sorted and matched)
+    g = (a["groups"].lazy().with_row_index("_g").filter(up).select("_g", "key", "first_air_ts_ns")
+         .sort("first_air_ts_ns").collect())
     m = (w.select("_w", "key", (pl.col("ts_ns") + SLACK_NS).alias("_t")).sort("_t")
          .join_asof(g, left_on="_t", right_on="first_air_ts_ns", by="key", strategy="nearest",
                     tolerance=MATCH_WINDOW_NS + SLACK_NS, check_sortedness=False)
-         .lazy().filter(pl.col("gid").is_not_null()).select("_w", *_MERGE_COLS).collect())
+         .filter(pl.col("_g").is_not_null()))
     del g
+    m = m.select("_w").hstack(a["groups"].select(_MERGE_COLS).select(pl.all().gather(m.get_column("_g"))).get_columns())
     m = _with_protected(m, protected_up(w, a, shift), a["groups"])
     gmap = m.select("gid", "_w")
     per = _merge_groups(m, "_w")
@@ -1561,7 +1580,7 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
         u, only, gu = uplink_one(up_w, a, shift)
         up_rows.append(u)
         up_only.append(only)
-        gmaps.append(pl.concat([gm, gu]).with_columns(pl.lit(file).alias("capture_file")))
+        gmaps.append(pl.concat([gm, gu]))
         del d, gm, u, only, gu
         # what is left to do reads of an air capture only its attempts and capture loss: free the rest now
         for k in ("groups", "space", "stations"):
@@ -1625,21 +1644,22 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
     del up
     # attempts, joined to their wired packet
     if airs:
-        gm = pl.concat(gmaps).join(wired.select("_w", pl.col("capture_file").alias("wired_capture_file"),
-                                                pl.col("frame").alias("wired_frame")), on="_w")
-        gm = gm.drop("_w").unique(["capture_file", "gid"])
+        # (a wired packet's number is its row in `wired`: looked up by position, as the group ids are)
+        wired = wired.select("_w", pl.col("capture_file").alias("wired_capture_file"), pl.col("frame").alias("wired_frame"))
         parts = []
-        for f, a in airs:
+        for (f, a), g in zip(airs, gmaps):
             if f in att_files:
                 # mapped, not read: clean file pages instead of a second copy of every attempt column
                 a["attempts"] = mapped_ipc(att_files[f])
                 os.remove(att_files[f])
-            # one air capture at a time, joined on the group id alone: only that key column goes through
-            # the join (`_join_left`), not a copy of every attempt column
-            g = gm.filter(pl.col("capture_file") == f).drop("capture_file")
-            parts.append(_join_left(a.pop("attempts"), g, ["gid"]).with_columns(pl.lit(f).alias("capture_file")))
-            del g
-        del gm
+            att = a.pop("attempts")
+            if _index_rows(g.get_column("gid"), att.get_column("gid").head(0)) is None:
+                g = g.unique("gid")     # (a group taken by two packets, if ever: one of them, as before)
+            # only the key columns go through the joins (`_join_left`), not a copy of every attempt column
+            att = _join_left(att, g, ["gid"])
+            parts.append(_join_left(att, wired, ["_w"]).drop("_w").with_columns(pl.lit(f).alias("capture_file")))
+            del g, att
+        del gmaps
         att = pl.concat(parts, how="diagonal_relaxed")
         del parts
     else:
