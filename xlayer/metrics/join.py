@@ -255,41 +255,52 @@ def _mac_header_len() -> pl.Expr:
 
 def _usable_air(air: pl.DataFrame) -> pl.DataFrame:
     """Return the air records with a decoded MAC header and a good FCS, record order kept, with key and tx start."""
-    for c in NEEDS:
-        if c not in air.columns:
-            air = air.with_columns(pl.lit(None).alias(c))
+    # (added as columns, not by `with_columns` on the capture's every column: that took 0.1 s a call on a
+    # million records; the Ethernet addresses, never read of an air capture, are left out)
+    n = air.height
+    air = air.hstack([pl.Series(c, [], pl.Null).extend_constant(None, n) for c in NEEDS
+                      if c not in air.columns and c not in ("eth_src", "eth_dst")])
     # A record malformed past its MAC header still counts as a transmission; its IP fields are used
     # only in a first fragment, whose IP packet goes on in the next fragments ("total length past end").
     usable = air.select((pl.col("wlan_type").is_not_null() & ~pl.col("fcs_bad").fill_null(False)).alias("ok"))
-    # (whether the RA is a group address is read off its string once: the rest sees its code)
-    air = _coded(air.with_row_index("_i").with_columns(_group_addr("wlan_ra").alias("_ra_grp")),
-                 _AIR_CODED)
+    air = air.with_row_index("_i")
     # (nearly always every record is: a filter would copy every column of the capture for nothing)
     if not usable.get_column("ok").all():
         air = air.filter(usable.get_column("ok"))
     del usable
     # transmission start: the PPDU's end (the last stamp of an A-MPDU) less its airtime
     # a first fragment's IP length is the whole packet's, not what the fragment carries
+    # (airtime is handed only the columns it reads: what it does not find takes its defaults, as before)
     frag0 = pl.col("wlan_more_frag").fill_null(False)
-    dur, known, mpdu, _ = mm.airtime(air.with_columns(pl.when(frag0).then(None).otherwise(pl.col("ip_len"))
-                                                      .alias("ip_len")))
+    dur, known, mpdu, _ = mm.airtime(air.select(
+        *(c for c in AIRTIME_COLUMNS if c in air.columns and c != "ip_len"),
+        pl.when(frag0).then(None).otherwise(pl.col("ip_len")).alias("ip_len")))
+    del frag0
     ppdu_end = pl.when(pl.col("ampdu_ref").is_not_null()).then(pl.col("ts_ns").max().over("ampdu_ref")) \
         .otherwise(pl.col("ts_ns"))
-    del frag0
-    # the MPDU's length on the air (FCS included) and its MAC header's: a protected frame's IP length follows
-    air = air.with_columns(pl.Series("_mpdu", mpdu).replace(-1, None), _mac_header_len().alias("_hdr"),
-                           pl.Series("_dur", np.where(known, dur, 0.0).astype(np.int64)),
-                           pl.when((pl.col("wlan_type") == 2) & pl.col("ip_src").is_not_null()
-                                   & (pl.col("malformed").is_null() | pl.col("wlan_more_frag").fill_null(False)))
-                           .then(mm._key_expr()).alias("key")) \
-        .with_columns((ppdu_end - pl.col("_dur")).alias("tx_start_ns"))
-    del mpdu
-    # of the SA and DA, `_stations` reads only whether they are the TA and RA: two booleans, not two
-    # address strings per record held through the analysis
-    air = air.with_columns((pl.col("wlan_ra") == pl.col("wlan_da")).alias("_ra_da"),
-                           (pl.col("wlan_ta") == pl.col("wlan_sa")).alias("_ta_sa"))
-    # the radio and IP key columns served airtime and the key: keep only what the analysis reads next
-    return air.select([c for c in _AIR_KEPT if c in air.columns])
+    dur = pl.Series("_dur", np.where(known, dur, 0.0).astype(np.int64))
+    # the records' addresses and flows as codes (`_AIR_CODED`)
+    coded = {c: pl.col(c).cast(pl.Categorical) for c in _AIR_CODED
+             if c in air.columns and air.schema[c] in (pl.String, pl.Null)}
+    made = {
+        # (whether the RA is a group address is read off its string once: the rest sees its code)
+        "_ra_grp": _group_addr("wlan_ra"),
+        "tx_start_ns": ppdu_end - pl.lit(dur),
+        "key": pl.when((pl.col("wlan_type") == 2) & pl.col("ip_src").is_not_null()
+                       & (pl.col("malformed").is_null() | pl.col("wlan_more_frag").fill_null(False)))
+        .then(mm._key_expr()),
+        # of the SA and DA, `_stations` reads only whether they are the TA and RA: two booleans, not two
+        # address strings per record held through the analysis
+        "_ra_da": pl.col("wlan_ra") == pl.col("wlan_da"), "_ta_sa": pl.col("wlan_ta") == pl.col("wlan_sa"),
+        # the MPDU's length on the air (FCS included) and its MAC header's: a protected frame's IP length follows
+        "_mpdu": pl.lit(pl.Series(np.ma.masked_array(mpdu, mpdu == -1), dtype=pl.Int64)),
+        "_hdr": _mac_header_len(),
+    }
+    del mpdu, dur
+    # one pass over the records for every column the analysis reads next (the radio and IP key columns
+    # served airtime and the key only), not a copy of the capture's columns per step
+    return air.lazy().select([made[c].alias(c) if c in made else coded[c].alias(c) if c in coded else pl.col(c)
+                              for c in _AIR_KEPT if c in made or c in air.columns]).collect()
 
 
 def _stations(air: pl.DataFrame) -> pl.DataFrame:
@@ -419,7 +430,9 @@ def _ba_pairs(ba: pl.DataFrame, bits: pl.DataFrame) -> pl.DataFrame:
     ids = pairs.unique().with_row_index("_pid")
     pid = pairs.join(ids, on=["ta", "ra"], how="left", nulls_equal=True, maintain_order="left").get_column("_pid")
     rows = pl.Series(_positions(ba.get_column("_i"), bits.get_column("ba_i")))
-    got = pl.DataFrame([pid.gather(rows), bits.get_column("mac_seq")]).unique()
+    # (the pair and the number as one integer: one 8-byte key hashed per bit, not a row of two columns)
+    k = (pid.gather(rows).cast(pl.Int64) * 4096 + bits.get_column("mac_seq")).alias("_k").to_frame().unique()
+    got = k.select((pl.col("_k") // 4096).cast(pl.UInt32).alias("_pid"), (pl.col("_k") % 4096).alias("mac_seq"))
     return got.join(ids, on="_pid", how="left").select("ta", "ra", "mac_seq")
 
 
@@ -648,7 +661,7 @@ def _msdu_groups(att: pl.DataFrame) -> pl.DataFrame:
     key and time, its attempts counted, its final fragment's confirmation."""
     # An MSDU sent once (nearly all) is its own group: the group-by, a hash of every row and a list built
     # per group, is left to those with several attempts; the rest are taken column by column.
-    several = att.get_column("gid").is_duplicated()
+    several = _repeated(att.get_column("gid"))
     multi = _msdu_groups_by(att.filter(several))
     if several.all():
         return multi
@@ -703,8 +716,14 @@ def _compact_air(a: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
     """Return `_analyse_usable`'s tables with the groups', spaces' and stations' strings copied out of the air
     records' buffers (string views share them: see `_compact`)."""
     for k in ("groups", "space", "stations"):
-        a[k] = _compact(a[k])
+        # (the groups' strings are made of literals, not taken from the air records: nothing to copy out)
+        a[k] = _compact(a[k], skip=_LITERAL_STRINGS if k == "groups" else ())
     return a
+
+
+# the groups' string columns made of literals (`_attempts`, `_confirm`, `_analyse_usable`): they share no
+# buffer of the air records (the records' own strings, addresses and flows, are codes there)
+_LITERAL_STRINGS = ("direction", "acked_by", "air_capture_file")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -795,7 +814,7 @@ def _merge_groups(m: pl.DataFrame, by: str) -> pl.DataFrame:
     m = m.select(by, *_MERGE_COLS, "match", "match_confidence")
     # A packet matched by one group (nearly all) is its own merge: the group-by, a hash of every row and a
     # list built per group, is left to the few with several.
-    several = m.get_column(by).is_duplicated()
+    several = _repeated(m.get_column(by))
     merged = _merge_several(m.filter(several), by)
     if merged.height == m.height:
         return merged
@@ -838,13 +857,13 @@ def _space_cols() -> list[pl.Expr]:
 DICT_MAX = 1 << 16
 
 
-def _compact(df: pl.DataFrame) -> pl.DataFrame:
+def _compact(df: pl.DataFrame, skip: Sequence[str] = ()) -> pl.DataFrame:
     """Return `df` with its strings copied out: rows taken from a large table keep that table's whole string
     buffers alive (polars' string views share them).  A column of few distinct values (addresses, flows,
     fates) becomes views of one small copy of each: a copy per row held 16-40 bytes more a row."""
     out = []
     for c, dt in df.schema.items():
-        if dt != pl.String:
+        if dt != pl.String or c in skip:
             continue
         u = df.get_column(c).drop_nulls().unique()
         if u.len() <= DICT_MAX and 4 * u.len() <= df.height:
@@ -861,6 +880,14 @@ def _positions(all_i: pl.Series, sub_i: pl.Series) -> np.ndarray:
     if all_i.len() == 0 or all_i[-1] == all_i.len() - 1:     # every row kept: the number is the row
         return sub.astype(np.int64)
     return np.searchsorted(all_i.to_numpy(), sub).astype(np.int64)
+
+
+def _repeated(s: pl.Series) -> pl.Series:
+    """Return `s.is_duplicated()`: for small non-negative integers (row numbers, group ids) by counting them."""
+    if s.dtype.is_integer() and s.len() and not s.null_count() and s.min() >= 0 and s.max() <= 4 * s.len() + 1024:
+        v = s.cast(pl.Int64).to_numpy()
+        return pl.Series(s.name, np.bincount(v)[v] > 1)
+    return s.is_duplicated()
 
 
 def _index_rows(keys: pl.Series, want: pl.Series) -> pl.Series | None:
@@ -1465,7 +1492,8 @@ def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0
 
 
 def _downstream_keys(tl: Timeline, ap: list[str], down: pl.DataFrame) -> pl.DataFrame:
-    """Return (key, ts_ns) of the packets in wired captures downstream of the AP (a station's own capture)."""
+    """Return (key, ts_ns) of the packets in wired captures downstream of the AP (a station's own capture) that
+    have the key of one of the downlink packets `down`."""
     out = []
     probe = down.select("key", pl.col("ts_ns").alias("_ap")).unique("key", keep="first")
     for e in tl.entries("wired"):
@@ -1480,7 +1508,8 @@ def _downstream_keys(tl: Timeline, ap: list[str], down: pl.DataFrame) -> pl.Data
         # (the server's, next to the AP on a fast link) sees it all, and clock error can put it a few
         # microseconds "after" the AP: it must not vouch for packets the AP dropped.
         if lag is not None and lag > 0 and seen.get_column("ip_dst").n_unique() == 1:
-            out.append(o.select("key", "ts_ns"))
+            # (only its packets with a downlink packet's key can meet one: the rest are not kept)
+            out.append(seen.select("key", "ts_ns"))
     if not out:
         return pl.DataFrame(schema={"key": pl.UInt64, "ts_ns": pl.Int64})
     return pl.concat(out)
@@ -1501,7 +1530,7 @@ def _choose(rows: pl.DataFrame) -> pl.DataFrame:
 
 def _choose_among(rows: list[pl.DataFrame]) -> pl.DataFrame:
     """Return `_choose` of the rows of every air capture (`rows`: one table per capture), in no set order."""
-    if len(rows) == 1 and not rows[0].get_column("_w").is_duplicated().any():
+    if len(rows) == 1 and not _repeated(rows[0].get_column("_w")).any():
         # one air capture (the usual case) has one row per packet already: its choice is every row, and
         # the sort would copy every column of the table for an order the caller sorts away again
         return rows[0]
