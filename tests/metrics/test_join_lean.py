@@ -133,3 +133,56 @@ def test_capture_loss_direction_is_the_same_on_a_tie():
     seen = {tuple(join._capture_loss("s.pcap", space.sample(fraction=1.0, shuffle=True, seed=k), none, ba)
                   .sort("ta", nulls_last=True).get_column("direction")) for k in range(12)}
     assert seen == {("other", "down", "all")}
+
+
+def _block_acks(n: int) -> pl.DataFrame:
+    """Return Block Acks with bitmaps of several lengths, some missing, odd, empty or no hex at all."""
+    maps = [RNG.bytes(int(RNG.choice([8, 32, 128]))).hex() for _ in range(n)]
+    for k in RNG.choice(n, 12, replace=False):
+        maps[k] = str(RNG.choice(["", "abc", None]))
+    maps[int(RNG.integers(n))] = "zz" * 8          # no hex: every 8-byte bitmap is skipped with it
+    return pl.DataFrame({
+        "_i": pl.Series(np.sort(RNG.choice(5000, n, replace=False)), dtype=pl.UInt32),
+        "frame": pl.Series(np.arange(n) * 3, dtype=pl.Int64),
+        "wlan_ba_ssn": pl.Series(_some_null(RNG.integers(0, 4096, n).tolist(), 0.05), dtype=pl.UInt16),
+        "wlan_ba_bitmap": pl.Series([None if m == "None" else m for m in maps], dtype=pl.String),
+    })
+
+
+def test_block_ack_marks_as_the_bits_set():
+    for ba in (_block_acks(400), _block_acks(400).with_columns(pl.col("wlan_ba_bitmap").str.replace("zz", "00"))):
+        m = 20_000
+        b = pl.Series(_some_null(RNG.integers(0, ba.height, m).tolist(), 0.2), dtype=pl.UInt32)
+        # numbers near each Block Ack's start (inside and past its bitmap, across the wrap) and anywhere
+        ssn = ba.get_column("wlan_ba_ssn").fill_null(0).to_numpy().astype(np.int64)[b.fill_null(0).to_numpy()]
+        seq = pl.Series(np.where(RNG.random(m) < 0.7, (ssn + RNG.integers(-20, 1100, m)) % 4096,
+                                 RNG.integers(0, 4096, m)), dtype=pl.UInt16)
+        got = join._ba_marked(ba, b, seq)
+        bits = join._ba_bits(ba, ("ba_frame", "mac_seq"))
+        frame = ba.get_column("frame").gather(b)
+        want = (pl.DataFrame({"f": frame, "s": seq.cast(pl.Int64)})
+                .select((pl.col("f") * 4096 + pl.col("s")).is_in((bits["ba_frame"] * 4096 + bits["mac_seq"]).implode())
+                        .fill_null(False)).to_series())
+        assert 0 < got.sum() < m
+        assert_series_equal(got, want, check_names=False)
+    # frame numbers shared by two Block Acks, or a bitmap longer than the sequence space: not read per bitmap
+    ba = _block_acks(50)
+    assert join._ba_marked(ba.with_columns(pl.lit(7, pl.Int64).alias("frame")), b.head(0), seq.head(0)) is None
+    long = ba.with_columns(pl.lit("ff" * (join.BA_MAX_BYTES + 1)).alias("wlan_ba_bitmap"))
+    assert join._ba_marked(long, b.head(0), seq.head(0)) is None
+
+
+def test_client_copies_of_packets_with_distinct_keys_as_the_asof_join():
+    n = 4000
+    down = pl.DataFrame({"_w": pl.Series(RNG.permutation(n), dtype=pl.UInt32),
+                         "key": pl.Series(RNG.permutation(n) * 7919, dtype=pl.UInt64),
+                         "ts_ns": pl.Series(RNG.integers(0, 10**11, n), dtype=pl.Int64)})
+    # copies before, at, within and past the window after each packet (some packets none, some several)
+    pick = RNG.integers(0, n, 3 * n)
+    lag = RNG.choice([-5, 0, 1, join.MATCH_WINDOW_NS // 2, join.MATCH_WINDOW_NS, join.MATCH_WINDOW_NS + 1], 3 * n)
+    client = pl.DataFrame({"key": down["key"].gather(pick), "ts_ns": down["ts_ns"].gather(pick) + pl.Series(lag),
+                           "_ap": down["ts_ns"].gather(pick)})
+    got = join._client_has(down, client, True)
+    want = join._client_has(down, client, False)
+    assert 0 < got.sum() < n
+    assert_series_equal(got, want)

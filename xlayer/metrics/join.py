@@ -423,6 +423,48 @@ def _ba_bits(ba: pl.DataFrame, columns: tuple[str, ...] | None = None) -> pl.Dat
     return pl.concat(out, how="vertical_relaxed")
 
 
+BA_MAX_BYTES = 512      # a bitmap this long or shorter marks each sequence number (mod 4096) at most once
+
+
+def _ba_marked(ba: pl.DataFrame, b: pl.Series, seq: pl.Series) -> pl.Series | None:
+    """Return per (Block Ack row `b` of `ba`, sequence number `seq`) whether that Block Ack's bitmap marks the
+    number received (false: no Block Ack, or no bitmap `_ba_bits` reads), or None where that cannot be read
+    off each bitmap at one place (a frame number shared by two Block Acks, a bitmap past `BA_MAX_BYTES`)."""
+    if ba.get_column("frame").is_duplicated().any():
+        return None     # (`_ba_bits`' bits are keyed by frame number: two Block Acks would pool theirs)
+    hexes = ba.get_column("wlan_ba_bitmap")
+    ok = (hexes.is_not_null() & ba.get_column("wlan_ba_ssn").is_not_null() & (hexes.str.len_chars() % 2 == 0)
+          & (hexes.str.len_chars() > 0)).fill_null(False)
+    start = np.full(ba.height, -1, np.int64)        # each Block Ack's first byte in `raw`, -1: no bits
+    nbytes = np.zeros(ba.height, np.int64)
+    raw, at = [], 0
+    # bitmaps of one length decoded together, and skipped together if one is no hex (as `_ba_bits` does)
+    lens = hexes.str.len_chars().fill_null(0).to_numpy()
+    for n in np.unique(lens[ok.to_numpy()]):
+        rows = np.flatnonzero(ok.to_numpy() & (lens == n))
+        try:
+            got = bytes.fromhex("".join(hexes.gather(pl.Series(rows)).to_list()))
+        except ValueError:
+            continue
+        if n // 2 > BA_MAX_BYTES:
+            return None
+        start[rows] = at + np.arange(len(rows)) * (n // 2)
+        nbytes[rows] = n // 2
+        raw.append(np.frombuffer(got, np.uint8))
+        at += len(got)
+    raw = np.concatenate(raw) if raw else np.zeros(1, np.uint8)
+    bi = b.cast(pl.Int64).fill_null(-1).to_numpy()
+    sq = seq.cast(pl.Int64).fill_null(-1).to_numpy()
+    has = bi >= 0
+    bi = np.where(has, bi, 0)
+    ssn = ba.get_column("wlan_ba_ssn").cast(pl.Int64).fill_null(0).to_numpy()
+    # bit k of octet j (LSB first) stands for SSN + 8j + k (mod 4096)
+    off = (sq - ssn[bi]) % 4096 if len(ssn) else np.zeros(len(bi), np.int64)
+    inside = has & (sq >= 0) & (sq < 4096) & (start[bi] >= 0) & (off < 8 * nbytes[bi])
+    byte = raw[np.where(inside, start[bi] + off // 8, 0)]
+    return pl.Series("_marked", inside & (((byte >> (off % 8).astype(np.uint8)) & 1) == 1))
+
+
 def _ba_pairs(ba: pl.DataFrame, bits: pl.DataFrame) -> pl.DataFrame:
     """Return the distinct (ta, ra, mac_seq) the Block Acks `ba` say arrived (ta: the data's transmitter, the
     Block Ack's receiver) from their `bits` (ba_i, mac_seq), numbering the few address pairs first."""
@@ -459,27 +501,34 @@ def _confirm(air: pl.DataFrame, att: pl.DataFrame, ba: pl.DataFrame | None = Non
         ba = air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 9))
     if ba.height:
         bas = ba.select(pl.col("ts_ns").alias("ba_ts"), pl.col("frame").alias("ba_frame"),
-                        pl.col("wlan_ta").alias("ra"), pl.col("wlan_ra").alias("ta")).sort("ba_ts")
+                        pl.col("wlan_ta").alias("ra"), pl.col("wlan_ra").alias("ta"),
+                        pl.int_range(pl.len(), dtype=pl.UInt32).alias("_b")).sort("ba_ts")
         ppdu_end = pl.when(pl.col("ampdu_ref").is_not_null()).then(pl.col("ts_ns").max().over("ampdu_ref")) \
             .otherwise(pl.col("ts_ns"))
         q = att.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"), "ta", "ra", "mac_seq",
                        ppdu_end.alias("_end")).sort("_end")
         q = q.join_asof(bas, left_on="_end", right_on="ba_ts", by=["ta", "ra"], strategy="forward",
                         tolerance=BA_WINDOW_NS, check_sortedness=False)
-        # the bits set, as one integer per (Block Ack frame, sequence number): a membership test on it holds
-        # far less than a two-column join of every attempt against every bit (one bit per pair and frame)
-        pair = pl.col("ba_frame") * 4096 + pl.col("mac_seq").cast(pl.Int64)
-        if bits is None:
-            bits = _ba_bits(ba, ("ba_i", "mac_seq"))
-        # (each bit's Block Ack frame number gathered by the Block Ack's row)
-        rows = pl.Series(_positions(ba.get_column("_i"), bits.get_column("ba_i")))
-        bits = bits.select(ba.get_column("frame").gather(rows).alias("ba_frame"), "mac_seq") \
-            .select(pair.alias("_k")).get_column("_k")
-        del rows
-        # back in the attempts' order by their row number (a sort of one integer, not a join on `_i`)
-        q = q.select("_r", pl.when(pair.is_in(bits.implode())).then(pl.col("ba_frame")).alias("_ba_frame")).sort("_r")
-        del bits
-        att = att.hstack([q.get_column("_ba_frame")])
+        marked = _ba_marked(ba, q.get_column("_b"), q.get_column("mac_seq"))
+        if marked is None:
+            # the bits set, as one integer per (Block Ack frame, sequence number): a membership test on it holds
+            # far less than a two-column join of every attempt against every bit (one bit per pair and frame)
+            pair = pl.col("ba_frame") * 4096 + pl.col("mac_seq").cast(pl.Int64)
+            if bits is None:
+                bits = _ba_bits(ba, ("ba_i", "mac_seq"))
+            # (each bit's Block Ack frame number gathered by the Block Ack's row)
+            rows = pl.Series(_positions(ba.get_column("_i"), bits.get_column("ba_i")))
+            bits = bits.select(ba.get_column("frame").gather(rows).alias("ba_frame"), "mac_seq") \
+                .select(pair.alias("_k")).get_column("_k")
+            del rows
+            marked = q.select(pair.is_in(bits.implode())).to_series()
+            del bits
+        # back in the attempts' order by their row number (scattered by it, not a sort or a join on `_i`)
+        at = np.empty(q.height, np.int64)
+        at[q.get_column("_r").to_numpy()] = np.arange(q.height)
+        att = att.hstack(q.select(pl.when(marked).then(pl.col("ba_frame")).alias("_ba_frame"))
+                         .select(pl.all().gather(pl.Series(at))).get_columns())
+        del q, marked
     else:
         att = att.with_columns(pl.lit(None, pl.Int64).alias("_ba_frame"))
     return att.with_columns(
@@ -1491,9 +1540,10 @@ def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0
     return d.select([c for c in (*_UP_COLS, "_w", "gid") if c in d.columns]), only, gmap
 
 
-def _downstream_keys(tl: Timeline, ap: list[str], down: pl.DataFrame) -> pl.DataFrame:
-    """Return (key, ts_ns) of the packets in wired captures downstream of the AP (a station's own capture) that
-    have the key of one of the downlink packets `down`."""
+def _downstream_keys(tl: Timeline, ap: list[str], down: pl.DataFrame) -> tuple[pl.DataFrame, bool]:
+    """Return ((key, ts_ns, _ap) of the packets in wired captures downstream of the AP (a station's own capture)
+    that have the key of one of the downlink packets `down`, _ap the first one's stamp; whether no two of
+    `down` share a key)."""
     out = []
     probe = down.select("key", pl.col("ts_ns").alias("_ap")).unique("key", keep="first")
     for e in tl.entries("wired"):
@@ -1509,10 +1559,26 @@ def _downstream_keys(tl: Timeline, ap: list[str], down: pl.DataFrame) -> pl.Data
         # microseconds "after" the AP: it must not vouch for packets the AP dropped.
         if lag is not None and lag > 0 and seen.get_column("ip_dst").n_unique() == 1:
             # (only its packets with a downlink packet's key can meet one: the rest are not kept)
-            out.append(seen.select("key", "ts_ns"))
+            out.append(seen.select("key", "ts_ns", "_ap"))
+    unique = probe.height == down.height
     if not out:
-        return pl.DataFrame(schema={"key": pl.UInt64, "ts_ns": pl.Int64})
-    return pl.concat(out)
+        return pl.DataFrame(schema={"key": pl.UInt64, "ts_ns": pl.Int64, "_ap": pl.Int64}), unique
+    return pl.concat(out), unique
+
+
+def _client_has(down: pl.DataFrame, client: pl.DataFrame, unique: bool) -> pl.Series:
+    """Return `_client` per row of `down`: whether a station's own capture (`_downstream_keys`) holds a copy
+    of the packet at most `MATCH_WINDOW_NS` after it."""
+    if unique:
+        # each key the one packet's, stamped `_ap`: a copy on time is one of its own rows (no sort, no asof)
+        lag = pl.col("ts_ns") - pl.col("_ap")
+        on_time = client.filter((lag >= 0) & (lag <= MATCH_WINDOW_NS)).get_column("key")
+        return down.select(pl.col("key").is_in(on_time.implode()).alias("_client")).to_series()
+    got = (down.select("_w", "key", "ts_ns").sort("ts_ns")
+           .join_asof(client.select("key", pl.col("ts_ns").alias("_cts")).sort("_cts"), left_on="ts_ns",
+                      right_on="_cts", by="key", strategy="forward", tolerance=MATCH_WINDOW_NS, check_sortedness=False)
+           .select("_w", pl.col("_cts").is_not_null().alias("_client")))
+    return _join_left(down.select("_w"), got, ["_w"]).get_column("_client")
 
 
 def _nulls(*names: str) -> list[pl.Expr]:
@@ -1620,14 +1686,11 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
         del down_rows
     else:   # no air capture: nothing to say about any packet's air side
         down = down_w.with_columns(pl.lit("unknown").alias("fate"), *_nulls("acked_by", "_start", "n_attempts"))
-    client = _downstream_keys(tl, ap, down_w)
+    client, unique = _downstream_keys(tl, ap, down_w)
     del down_w
     if client.height and down.height:
-        got = (down.select("_w", "key", "ts_ns").sort("ts_ns")
-               .join_asof(client.rename({"ts_ns": "_cts"}).sort("_cts"), left_on="ts_ns", right_on="_cts", by="key",
-                          strategy="forward", tolerance=MATCH_WINDOW_NS, check_sortedness=False)
-               .select("_w", pl.col("_cts").is_not_null().alias("_client")))
-        down = _join_left(down, got, ["_w"])      # (not a copy of every column of the rows)
+        got = _client_has(down, client, unique)
+        down = down.hstack([got])
         c = pl.col("_client").fill_null(False)
         unseen = pl.col("n_attempts").fill_null(0) == 0
         down = down.with_columns(
