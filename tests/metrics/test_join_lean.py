@@ -186,3 +186,21 @@ def test_client_copies_of_packets_with_distinct_keys_as_the_asof_join():
     want = join._client_has(down, client, False)
     assert 0 < got.sum() < n
     assert_series_equal(got, want)
+
+
+def test_packets_by_station_as_the_joins_on_the_addresses():
+    n = 20_000
+    ips = [f"10.0.0.{i}" for i in range(6)]
+    w = pl.DataFrame({"_w": pl.Series(np.arange(n), dtype=pl.UInt32), "ip_src": RNG.choice(ips, n).tolist(),
+                      "ip_dst": RNG.choice(ips, n).tolist(), "x": RNG.random(n)})
+    one = pl.DataFrame({"station": MACS, "ip": ips[:3]}).with_columns(pl.col("station").cast(pl.Categorical))
+    # an IP behind two stations: the joins (each of its packets once per station)
+    two = pl.concat([one, one.head(1).with_columns(pl.lit(MACS[1]).cast(pl.Categorical).alias("station"))])
+    for sta in (one, two):
+        down, up = join._by_station(w, sta)
+        want_down = w.join(sta.rename({"ip": "ip_dst"}), on="ip_dst", how="inner", maintain_order="left")
+        want_up = (w.join(sta.rename({"ip": "ip_src"}), on="ip_src", how="inner", maintain_order="left")
+                   .join(want_down.select("_w"), on="_w", how="anti", maintain_order="left"))
+        assert_frame_equal(down.sort("_w", "station"), want_down.sort("_w", "station"))
+        assert_frame_equal(up.sort("_w", "station"), want_up.sort("_w", "station"))
+        assert down.height > 0 and up.height > 0

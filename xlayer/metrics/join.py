@@ -1581,6 +1581,21 @@ def _client_has(down: pl.DataFrame, client: pl.DataFrame, unique: bool) -> pl.Se
     return _join_left(down.select("_w"), got, ["_w"]).get_column("_client")
 
 
+def _by_station(wired: pl.DataFrame, ip_sta: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Return (the wired packets to a station's IP, those from one and to none), each with its `station`."""
+    ips = ip_sta.get_column("ip")
+    if ips.null_count() or ips.is_duplicated().any():
+        down = wired.join(ip_sta.rename({"ip": "ip_dst"}), on="ip_dst", how="inner")
+        return down, wired.join(ip_sta.rename({"ip": "ip_src"}), on="ip_src", how="inner").join(
+            down.select("_w"), on="_w", how="anti")
+    # (an IP is one station's: the few addresses are looked up, not a million strings hashed in a join)
+    to_sta = pl.col("ip_dst").is_in(ips.implode())
+    station = ip_sta.get_column("station")
+    return (wired.filter(to_sta).with_columns(pl.col("ip_dst").replace_strict(ips, station).alias("station")),
+            wired.filter(pl.col("ip_src").is_in(ips.implode()) & ~to_sta)
+            .with_columns(pl.col("ip_src").replace_strict(ips, station).alias("station")))
+
+
 def _nulls(*names: str) -> list[pl.Expr]:
     """Return null columns standing for the air side's columns when there is no air capture."""
     types = {"acked_by": pl.Utf8, "n_attempts": pl.UInt32}
@@ -1654,9 +1669,7 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
         del learnt, oh
     # the wired rows' strings as codes too: a packet's flow meets the air groups' flows
     wired = _coded(wired.drop([c for c in ("eth_src", "eth_dst") if c in wired.columns]), ["capture_file", "flow"])
-    down_w = wired.join(ip_sta.rename({"ip": "ip_dst"}), on="ip_dst", how="inner")
-    up_w = wired.join(ip_sta.rename({"ip": "ip_src"}), on="ip_src", how="inner").join(
-        down_w.select("_w"), on="_w", how="anti")
+    down_w, up_w = _by_station(wired, ip_sta)
     # the addresses served to find the station: the rest reads neither, nor more of `wired` than this
     down_w, up_w = down_w.drop("ip_src", "ip_dst"), up_w.drop("ip_src", "ip_dst")
     if stand_in is not None:
