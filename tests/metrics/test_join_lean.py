@@ -204,3 +204,17 @@ def test_packets_by_station_as_the_joins_on_the_addresses():
         assert_frame_equal(down.sort("_w", "station"), want_down.sort("_w", "station"))
         assert_frame_equal(up.sort("_w", "station"), want_up.sort("_w", "station"))
         assert down.height > 0 and up.height > 0
+
+
+def test_positional_join_on_a_categorical_key_as_the_hash_join():
+    n = 5000
+    left = pl.DataFrame({"station": _some_null(RNG.choice([*MACS, "02:00:00:00:00:09"], n).tolist(), 0.1),
+                         "x": np.arange(n)}).with_columns(pl.col("station").cast(pl.Categorical))
+    right = pl.DataFrame({"station": MACS[::-1], "v": [1.5, None, 3.5]}).with_columns(
+        pl.col("station").cast(pl.Categorical))
+    want = left.join(right, on="station", how="left", maintain_order="left")
+    assert_frame_equal(join._join_left(left, right, ["station"]), want)
+    # the same values as strings on one side: no codes to compare, the hash join
+    assert_frame_equal(join._join_left(left.with_columns(pl.col("station").cast(pl.String)),
+                                       right.with_columns(pl.col("station").cast(pl.String)), ["station"]),
+                       want.with_columns(pl.col("station").cast(pl.String)))

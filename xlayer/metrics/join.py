@@ -655,7 +655,7 @@ def analyse_air(air: pl.DataFrame, file: str) -> dict[str, pl.DataFrame]:
 def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[str, pl.DataFrame]:
     """Return `analyse_air` of the air records `_usable_air` kept (`compact`: see `_compact_air`)."""
     # the Block Acks' bits made once, as numbers: confirmation reads their frames, capture loss their addresses
-    ba = air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 9))
+    ba = _rows(air, (pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 9))
     ba_bits = _ba_bits(ba, ("ba_i", "mac_seq"))
     # the columns read by one step only are used up first and dropped: the Block Ack fields (in `ba` now) and
     # the IP addresses (the stations' pairs; the attempts read only whether there is one) are a string
@@ -931,6 +931,12 @@ def _positions(all_i: pl.Series, sub_i: pl.Series) -> np.ndarray:
     return np.searchsorted(all_i.to_numpy(), sub).astype(np.int64)
 
 
+def _rows(df: pl.DataFrame, predicate: pl.Expr) -> pl.DataFrame:
+    """Return the rows of `df` where `predicate` holds, in order."""
+    # (through the lazy engine: DataFrame.filter took 2-3x its CPU time on the join's million-row tables)
+    return df.lazy().filter(predicate).collect()
+
+
 def _repeated(s: pl.Series) -> pl.Series:
     """Return `s.is_duplicated()`: for small non-negative integers (row numbers, group ids) by counting them."""
     if s.dtype.is_integer() and s.len() and not s.null_count() and s.min() >= 0 and s.max() <= 4 * s.len() + 1024:
@@ -960,12 +966,20 @@ def _index_rows(keys: pl.Series, want: pl.Series) -> pl.Series | None:
     return pl.Series("_row", np.ma.masked_array(rows, miss), pl.Int64) if miss.any() else pl.Series("_row", rows)
 
 
+def _int_key(s: pl.Series) -> pl.Series:
+    """Return `s`, a categorical column as its codes (equal values, equal codes: polars' categories are global)."""
+    return s.to_physical() if s.dtype == pl.Categorical else s
+
+
 def _join_left(d: pl.DataFrame, right: pl.DataFrame, on: list[str], nulls_equal: bool = False) -> pl.DataFrame:
     """Return `d` left-joined to `right` (one row per key): the key columns alone go through the join,
     so that the rest of `d` is not copied; rows keep their order."""
     if len(on) == 1:
-        # one integer key (a packet's or a group's number): its rows looked up by position, not hashed
-        rows = _index_rows(right.get_column(on[0]), d.get_column(on[0]))
+        # one integer key (a packet's or a group's number, a station's code): its rows looked up by position,
+        # not hashed
+        k, w = right.get_column(on[0]), d.get_column(on[0])
+        same = k.dtype == w.dtype or (k.dtype.is_integer() and w.dtype.is_integer())
+        rows = _index_rows(_int_key(k), _int_key(w)) if same else None
         if rows is not None:
             return d.hstack(right.drop(on).select(pl.all().gather(rows)).get_columns())
     add = d.select(on).join(right, on=on, how="left", nulls_equal=nulls_equal, maintain_order="left")
@@ -1058,7 +1072,7 @@ def learn_protected(wired: pl.DataFrame, groups: pl.DataFrame, known: pl.DataFra
     """
     empty = (pl.DataFrame(schema={"station": pl.Utf8, "ip": pl.Utf8, "how": pl.Utf8}),
              pl.DataFrame(schema={"station": pl.Utf8, "_oh": pl.Int64}))
-    g = groups.filter(pl.col("_nokey") & pl.col("direction").is_in(["down", "up"]))
+    g = _rows(groups, pl.col("_nokey") & pl.col("direction").is_in(["down", "up"]))
     if g.height == 0 or wired.height == 0:
         return empty
     # (the few keyless groups' codes back to strings: they meet the wired side's Ethernet addresses)
@@ -1285,13 +1299,13 @@ def protected_down(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) 
     out = pl.DataFrame(schema={"gid": pl.Int64, "_w": pl.UInt32, "match": pl.Utf8, "match_confidence": pl.Float64})
     w = w.with_columns(pl.col("ts_ns") - shift)
     grp = a["groups"]
-    g = grp.filter((pl.col("direction") == "down") & pl.col("_nokey") & pl.col("key").is_null()
+    g = _rows(grp, (pl.col("direction") == "down") & pl.col("_nokey") & pl.col("key").is_null()
                    & pl.col("station").is_not_null())
     if g.height == 0 or w.height == 0 or "_plen" not in g.columns:
         return out
     start = int(a["span"]["start"][0])
     holes = _new_holes(a["space"])
-    alld = _join_left(grp.filter((pl.col("direction") == "down") & pl.col("last_air_ts_ns").is_not_null())
+    alld = _join_left(_rows(grp, (pl.col("direction") == "down") & pl.col("last_air_ts_ns").is_not_null())
                       .with_columns(_space_cols()), holes, ["ta", "_sra", "_tid", "useq"], nulls_equal=True)
     dep = alld.select("station", pl.col("last_air_ts_ns").alias("ts_ns"),
                       (1 + pl.col("_dh").fill_null(0).clip(0, 4096)).alias("_n"))
@@ -1353,7 +1367,7 @@ def _keyless_streams(w: pl.DataFrame, a: dict[str, pl.DataFrame], which: pl.Expr
                      ) -> tuple[pl.DataFrame, pl.DataFrame] | None:
     """Return (keyless MSDU groups `which` selects, each with its FIFO `_slot`; the wired packets of their
     stations, each with its rank `_r` in its FIFO), or None when there are none."""
-    g = a["groups"].filter(which & pl.col("_nokey") & pl.col("key").is_null() & pl.col("station").is_not_null())
+    g = _rows(a["groups"], which & pl.col("_nokey") & pl.col("key").is_null() & pl.col("station").is_not_null())
     if g.height == 0 or w.height == 0 or "_plen" not in g.columns:
         return None
     start = int(a["span"]["start"][0])
@@ -1448,10 +1462,10 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
     del m
     # (each working column is dropped once read for the last time: these rows are a million wide)
     # (the packet's number alone goes through the join: the packets' other columns are not copied)
-    d = _join_left(w, per, ["_w"]).with_columns(_space_cols()).drop("ra")
-    del per
     # (the holes, sequence numbers missed before it, of each matched packet's MPDU came with its group)
-    d = d.drop("useq")
+    # (the steps on these rows run lazily: each eager with_columns or drop took 10-30 ms on them)
+    d = _join_left(w, per, ["_w"]).lazy().with_columns(_space_cols()).drop("ra", "useq").collect()
+    del per
     matched = pl.col("gid").is_not_null()
     # an unseen packet's space: the one its station's packets of the same DSCP used (else the station's)
     seen = d.lazy().filter(matched).select("station", "ip_dscp", "ta", "_sra", "_tid").collect()
@@ -1465,7 +1479,7 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
     del seen
     d = _join_left(_join_left(d, by_dscp, ["station", "ip_dscp"], nulls_equal=True), by_sta, ["station"])
     have_p = pl.col("_pta").is_not_null()
-    d = d.with_columns(
+    d = d.lazy().with_columns(
         pl.when(matched).then(pl.col("ta")).when(have_p).then(pl.col("_pta")).otherwise(pl.col("_qta")).alias("_sta"),
         pl.when(matched).then(pl.col("_sra")).when(have_p).then(pl.col("_psra")).otherwise(pl.col("_qsra"))
         .alias("_sra"),
@@ -1482,18 +1496,19 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
     d = d.with_columns(
         pl.col("holes").forward_fill().over(part, order_by=order).alias("_hp"),
         pl.col("holes").backward_fill().over(part, order_by=order).alias("_hn"),
-        matched.cast(pl.Int64).cum_sum().over(part, order_by=order).alias("_seg")).drop("holes")
+        matched.cast(pl.Int64).cum_sum().over(part, order_by=order).alias("_seg")).drop("holes").collect()
     # Which unseen packets of a segment took the missing sequence numbers: with the AP's queue full, a
     # drop-tail queue accepts a packet only if a slot freed since the previous arrival, i.e. the AP
     # dequeued some MPDU (of any station: the queue is shared) for its first transmission in between;
     # a packet that arrived with no dequeue since the previous arrival met a full queue.  Those are
     # called missed first, then the earliest (the queue was not full: every one of them was sent).
-    d = d.with_columns(_dequeued_since_previous(d.get_column("ts_ns"), a["groups"]).alias("_deq"))
-    d = d.with_columns(_rank_within(d, [*part, "_seg"], [~matched, ~pl.col("_deq"), *(pl.col(c) for c in order)]),
-                       (pl.col("_hn") - pl.col("_hp").fill_null(0)).clip(lower_bound=0).alias("_gap"))
+    d = d.hstack([_dequeued_since_previous(d.get_column("ts_ns"), a["groups"]).alias("_deq")])
+    d = d.hstack([_rank_within(d, [*part, "_seg"], [~matched, ~pl.col("_deq"), *(pl.col(c) for c in order)])])
     # unmatched rows follow their segment's matched row (if any): rank among the unseen starts at 0
-    d = d.with_columns(pl.when(pl.col("_hp").is_not_null() & (pl.col("_seg") > 0)).then(pl.col("_rank") - 1)
-                       .otherwise(pl.col("_rank")).alias("_rank")).drop("_hp", "_seg", "_deq", "_p")
+    d = d.lazy().with_columns(
+        (pl.col("_hn") - pl.col("_hp").fill_null(0)).clip(lower_bound=0).alias("_gap"),
+        pl.when(pl.col("_hp").is_not_null() & (pl.col("_seg") > 0)).then(pl.col("_rank") - 1)
+        .otherwise(pl.col("_rank")).alias("_rank")).drop("_hp", "_seg", "_deq", "_p").collect()
     # a station whose traffic is protected and none of whose packets could be paired is not judged
     prot = a["groups"].lazy().filter(pl.col("direction") == "down").group_by("station").agg(
         (pl.col("protected").mean() > 0.5).alias("_prot")).join(
@@ -1507,11 +1522,12 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
             .then(pl.lit("unknown"))
             .when(pl.col("_rank") < pl.col("_gap")).then(pl.lit("sniffer_missed"))
             .otherwise(pl.lit("dropped_at_ap")))
-    d = d.with_columns(fate.alias("fate"),
-                       pl.when(matched).then(pl.col("air_capture_file")).otherwise(pl.lit(a["loss"]["capture_file"][0]))
-                       .alias("air_capture_file"))
+    d = d.lazy().with_columns(
+        fate.alias("fate"),
+        pl.when(matched).then(pl.col("air_capture_file")).otherwise(pl.lit(a["loss"]["capture_file"][0]))
+        .alias("air_capture_file"))
     # what join_timeline reads of the rows: the table's columns, the packet, its key and the transmission start
-    return d.select([c for c in (*_DOWN_COLS, "_w", "key", "_start") if c in d.columns]), gmap
+    return d.select([c for c in (*_DOWN_COLS, "_w", "key", "_start") if c in d.collect_schema()]).collect(), gmap
 
 
 def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0
@@ -1536,7 +1552,7 @@ def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0
     d = _join_left(w, per, ["_w"])
     del per
     # (the few groups no packet took, filtered once: not a copy of every uplink group first)
-    only = a["groups"].filter(up & ~pl.col("gid").is_in(gmap.get_column("gid").implode()))
+    only = _rows(a["groups"], up & ~pl.col("gid").is_in(gmap.get_column("gid").implode()))
     return d.select([c for c in (*_UP_COLS, "_w", "gid") if c in d.columns]), only, gmap
 
 
@@ -1591,8 +1607,8 @@ def _by_station(wired: pl.DataFrame, ip_sta: pl.DataFrame) -> tuple[pl.DataFrame
     # (an IP is one station's: the few addresses are looked up, not a million strings hashed in a join)
     to_sta = pl.col("ip_dst").is_in(ips.implode())
     station = ip_sta.get_column("station")
-    return (wired.filter(to_sta).with_columns(pl.col("ip_dst").replace_strict(ips, station).alias("station")),
-            wired.filter(pl.col("ip_src").is_in(ips.implode()) & ~to_sta)
+    return (_rows(wired, to_sta).with_columns(pl.col("ip_dst").replace_strict(ips, station).alias("station")),
+            _rows(wired, pl.col("ip_src").is_in(ips.implode()) & ~to_sta)
             .with_columns(pl.col("ip_src").replace_strict(ips, station).alias("station")))
 
 
@@ -1663,9 +1679,10 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
         for _, a in airs:
             # (the station alone goes through the join, not a copy of every group column; what only the
             # protected length read is dropped with it: the rest of the join reads none of it)
-            a["groups"] = _join_left(a["groups"], oh, ["station"]).with_columns(
+            # (lazily: the eager with_columns and drop each took tens of ms on a million groups)
+            a["groups"] = _join_left(a["groups"], oh, ["station"]).lazy().with_columns(
                 _protected_len(pl.col("_oh").fill_null(CIPHER_OVERHEADS["ccmp"])).alias("_plen")).drop(
-                "_oh", "_body", "_whole", "_amsdu", "pn")
+                "_oh", "_body", "_whole", "_amsdu", "pn").collect()
         del learnt, oh
     # the wired rows' strings as codes too: a packet's flow meets the air groups' flows
     wired = _coded(wired.drop([c for c in ("eth_src", "eth_dst") if c in wired.columns]), ["capture_file", "flow"])
