@@ -242,7 +242,7 @@ _AIR_CODED = ("wlan_ra", "wlan_ta", "wlan_sa", "wlan_da", "flow")
 def _coded(df: pl.DataFrame, cols: Sequence[str]) -> pl.DataFrame:
     """Return `df` with those of `cols` it holds as strings cast to categorical codes."""
     cast = [pl.col(c).cast(pl.Categorical) for c in cols if c in df.columns and df.schema[c] in (pl.String, pl.Null)]
-    return df.with_columns(cast) if cast else df
+    return df.lazy().with_columns(cast).collect() if cast else df
 
 
 def _mac_header_len() -> pl.Expr:
@@ -572,7 +572,7 @@ def _odd_space_holes(att: pl.DataFrame, space: pl.DataFrame) -> pl.DataFrame:
     """Return the attempts with the holes of a QoS data frame without a TID (if ever) taken, as the downlink
     does, from its transmitter's shared space (ra and TID unset) at its number: its own space has a null TID."""
     odd = att.get_column("_qos") & att.get_column("tid").is_null()
-    att = att.drop("_qos")
+    att = _without(att, "_qos")
     if not odd.any():
         return att
     shared = space.filter(pl.col("ra").is_null() & (pl.col("_tid") == -1)).select("ta", "useq", pl.col("holes").alias("_h"))
@@ -935,6 +935,12 @@ def _positions(all_i: pl.Series, sub_i: pl.Series) -> np.ndarray:
     return np.searchsorted(all_i.to_numpy(), sub).astype(np.int64)
 
 
+def _without(df: pl.DataFrame, *names: str) -> pl.DataFrame:
+    """Return `df` without the columns `names` (those it has)."""
+    # (a frame of its other columns: DataFrame.drop took 10-40 ms CPU on the join's million-row tables)
+    return pl.DataFrame([df.get_column(c) for c in df.columns if c not in names]) if df.width else df
+
+
 def _rows(df: pl.DataFrame, predicate: pl.Expr) -> pl.DataFrame:
     """Return the rows of `df` where `predicate` holds, in order."""
     # (through the lazy engine: DataFrame.filter took 2-3x its CPU time on the join's million-row tables)
@@ -985,11 +991,11 @@ def _join_left(d: pl.DataFrame, right: pl.DataFrame, on: list[str], nulls_equal:
         same = k.dtype == w.dtype or (k.dtype.is_integer() and w.dtype.is_integer())
         rows = _index_rows(_int_key(k), _int_key(w)) if same else None
         if rows is not None:
-            return d.hstack(right.drop(on).select(pl.all().gather(rows)).get_columns())
+            return d.hstack(right.lazy().drop(on).select(pl.all().gather(rows)).collect().get_columns())
     add = d.select(on).join(right, on=on, how="left", nulls_equal=nulls_equal, maintain_order="left")
     if add.height != d.height:      # a key repeated in `right`: the plain join multiplies the rows
         return d.join(right, on=on, how="left", nulls_equal=nulls_equal, maintain_order="left")
-    return d.hstack(add.drop(on).get_columns())
+    return d.hstack(_without(add, *on).get_columns())
 
 
 _DOWN_COLS = tuple(c.name for c in DOWNLINK)
@@ -1459,7 +1465,7 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
                     check_sortedness=False)
     del g             # the matching's working tables are freed as soon as used: this is the join's busiest moment
     m = m.filter(pl.col("_w").is_not_null())
-    m = m.select("_w").hstack(a["groups"].select(_MERGE_COLS).select(pl.all().gather(m.get_column("_g"))).get_columns())
+    m = m.select("_w").hstack(a["groups"].lazy().select(pl.col(_MERGE_COLS).gather(m.get_column("_g"))).collect().get_columns())
     m = _with_protected(m, protected_down(w, a, shift), a["groups"])
     gmap = m.select("gid", "_w")
     per = _merge_groups(m, "_w")
@@ -1548,7 +1554,7 @@ def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0
                     tolerance=MATCH_WINDOW_NS + SLACK_NS, check_sortedness=False)
          .filter(pl.col("_g").is_not_null()))
     del g
-    m = m.select("_w").hstack(a["groups"].select(_MERGE_COLS).select(pl.all().gather(m.get_column("_g"))).get_columns())
+    m = m.select("_w").hstack(a["groups"].lazy().select(pl.col(_MERGE_COLS).gather(m.get_column("_g"))).collect().get_columns())
     m = _with_protected(m, protected_up(w, a, shift), a["groups"])
     gmap = m.select("gid", "_w")
     per = _merge_groups(m, "_w")
@@ -1689,10 +1695,10 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
                 "_oh", "_body", "_whole", "_amsdu", "pn").collect()
         del learnt, oh
     # the wired rows' strings as codes too: a packet's flow meets the air groups' flows
-    wired = _coded(wired.drop([c for c in ("eth_src", "eth_dst") if c in wired.columns]), ["capture_file", "flow"])
+    wired = _coded(_without(wired, "eth_src", "eth_dst"), ["capture_file", "flow"])
     down_w, up_w = _by_station(wired, ip_sta)
     # the addresses served to find the station: the rest reads neither, nor more of `wired` than this
-    down_w, up_w = down_w.drop("ip_src", "ip_dst"), up_w.drop("ip_src", "ip_dst")
+    down_w, up_w = _without(down_w, "ip_src", "ip_dst"), _without(up_w, "ip_src", "ip_dst")
     if stand_in is not None:
         # its stamps taken to the AP: later by the least delay to the air, earlier by the least from it
         # (the path's own delay; what a packet waited beyond it counts as the AP's)
@@ -1786,7 +1792,8 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
                 g = g.unique("gid")     # (a group taken by two packets, if ever: one of them, as before)
             # only the key columns go through the joins (`_join_left`), not a copy of every attempt column
             att = _join_left(att, g, ["gid"])
-            parts.append(_join_left(att, wired, ["_w"]).drop("_w").with_columns(pl.lit(f).alias("capture_file")))
+            parts.append(_join_left(att, wired, ["_w"]).lazy().drop("_w").with_columns(pl.lit(f).alias("capture_file"))
+                         .collect())
             del g, att
         del gmaps
         att = pl.concat(parts, how="diagonal_relaxed")
