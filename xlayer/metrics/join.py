@@ -864,26 +864,26 @@ _MERGE_COLS = ("air_capture_file", "first_air_frame", "first_air_ts_ns", "_start
 
 def _merge_groups(m: pl.DataFrame, by: str) -> pl.DataFrame:
     """Return one row per `by`: the matched MSDU groups of one packet merged (normally just one)."""
-    m = m.select(by, *_MERGE_COLS, "match", "match_confidence")
+    m = _columns(m, [by, *_MERGE_COLS, "match", "match_confidence"])
     # A packet matched by one group (nearly all) is its own merge: the group-by, a hash of every row and a
     # list built per group, is left to the few with several.
     several = _repeated(m.get_column(by))
-    merged = _merge_several(m.filter(several), by)
+    merged = _merge_several(_rows(m, pl.lit(several)), by)
     if merged.height == m.height:
         return merged
-    return pl.concat([_merge_one(m.filter(~several), by).cast(merged.schema), merged])
+    return pl.concat([_merge_one(_rows(m, ~pl.lit(several)), by).lazy().cast(merged.schema).collect(), merged])
 
 
 def _merge_one(m: pl.DataFrame, by: str) -> pl.DataFrame:
     """Return `_merge_several` of rows each alone in its `by` group, column by column (no group-by)."""
-    return m.select(
+    return m.lazy().select(
         by, "match", "match_confidence", "air_capture_file", "first_air_frame", "first_air_ts_ns", "_start",
         "mac_seq", "tid", "ta", "ra", "useq", "holes", "gid", "last_air_frame", "last_air_ts_ns",
         # as the aggregations make of one row: a sum ignores a null, so does any(); a null list explodes to none
         pl.col("n_attempts").fill_null(0), pl.col("n_retries").fill_null(0), "n_fragments",
         pl.col("rates_mbps").fill_null(pl.lit([], pl.List(pl.Float64))), pl.col("ampdu").fill_null(False),
         pl.when(pl.col("acked_by") != "none").then(pl.col("acked_by")).otherwise(pl.lit("none")).alias("acked_by"),
-        "ack_frame")
+        "ack_frame").collect()
 
 
 def _merge_several(m: pl.DataFrame, by: str) -> pl.DataFrame:
@@ -933,6 +933,11 @@ def _positions(all_i: pl.Series, sub_i: pl.Series) -> np.ndarray:
     if all_i.len() == 0 or all_i[-1] == all_i.len() - 1:     # every row kept: the number is the row
         return sub.astype(np.int64)
     return np.searchsorted(all_i.to_numpy(), sub).astype(np.int64)
+
+
+def _columns(df: pl.DataFrame, names: Sequence[str]) -> pl.DataFrame:
+    """Return the columns `names` of `df` (as `select` of those names, without its cost: see `_without`)."""
+    return pl.DataFrame([df.get_column(c) for c in names]) if names else df.select([])
 
 
 def _without(df: pl.DataFrame, *names: str) -> pl.DataFrame:
@@ -1445,7 +1450,7 @@ def _down_pairs_endless(w: pl.DataFrame, a: dict[str, pl.DataFrame]) -> pl.DataF
 
 def _with_protected(m: pl.DataFrame, pairs: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame:
     """Return the keyed matches `m` (match ``key``) and the keyless `pairs` with their groups' columns."""
-    m = m.with_columns(pl.lit("key").alias("match"), pl.lit(1.0).alias("match_confidence"))
+    m = m.lazy().with_columns(pl.lit("key").alias("match"), pl.lit(1.0).alias("match_confidence")).collect()
     if pairs.height == 0:
         return m
     pm = pairs.join(groups, on="gid").select("_w", *_MERGE_COLS, "match", "match_confidence")
@@ -1467,7 +1472,7 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
     m = m.filter(pl.col("_w").is_not_null())
     m = m.select("_w").hstack(a["groups"].lazy().select(pl.col(_MERGE_COLS).gather(m.get_column("_g"))).collect().get_columns())
     m = _with_protected(m, protected_down(w, a, shift), a["groups"])
-    gmap = m.select("gid", "_w")
+    gmap = _columns(m, ["gid", "_w"])
     per = _merge_groups(m, "_w")
     del m
     # (each working column is dropped once read for the last time: these rows are a million wide)
@@ -1556,14 +1561,14 @@ def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0
     del g
     m = m.select("_w").hstack(a["groups"].lazy().select(pl.col(_MERGE_COLS).gather(m.get_column("_g"))).collect().get_columns())
     m = _with_protected(m, protected_up(w, a, shift), a["groups"])
-    gmap = m.select("gid", "_w")
+    gmap = _columns(m, ["gid", "_w"])
     per = _merge_groups(m, "_w")
     del m
     d = _join_left(w, per, ["_w"])
     del per
     # (the few groups no packet took, filtered once: not a copy of every uplink group first)
     only = _rows(a["groups"], up & ~pl.col("gid").is_in(gmap.get_column("gid").implode()))
-    return d.select([c for c in (*_UP_COLS, "_w", "gid") if c in d.columns]), only, gmap
+    return _columns(d, [c for c in (*_UP_COLS, "_w", "gid") if c in d.columns]), only, gmap
 
 
 def _downstream_keys(tl: Timeline, ap: list[str], down: pl.DataFrame) -> tuple[pl.DataFrame, bool]:
