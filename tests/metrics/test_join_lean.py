@@ -218,3 +218,22 @@ def test_positional_join_on_a_categorical_key_as_the_hash_join():
     assert_frame_equal(join._join_left(left.with_columns(pl.col("station").cast(pl.String)),
                                        right.with_columns(pl.col("station").cast(pl.String)), ["station"]),
                        want.with_columns(pl.col("station").cast(pl.String)))
+
+
+def test_block_ack_numbers_not_seen_as_the_anti_join():
+    n = 3000
+    def frame(k: int) -> pl.DataFrame:
+        return pl.DataFrame({"ta": _some_null(RNG.choice(MACS, k).tolist(), 0.05),
+                             "ra": _some_null(RNG.choice(MACS, k).tolist(), 0.05),
+                             "mac_seq": pl.Series(RNG.integers(0, 300, k), dtype=pl.Int64)}).with_columns(
+            pl.col("ta", "ra").cast(pl.Categorical))
+    bits, att = frame(n).unique(), frame(n).with_columns(pl.col("mac_seq").cast(pl.UInt16))
+    got = join._not_seen(bits, att)
+    seen = att.select("ta", "ra", pl.col("mac_seq").cast(pl.Int64)).unique()
+    want = bits.join(seen, on=["ta", "ra", "mac_seq"], how="anti")
+    assert 0 < got.height < bits.height and got.select(pl.col("ta").is_null().any()).item()
+    assert_frame_equal(got.sort(pl.all()), want.sort(pl.all()))
+    # addresses as strings: the join itself
+    s = [x.with_columns(pl.col("ta", "ra").cast(pl.String)) for x in (bits, att)]
+    assert_frame_equal(join._not_seen(*s).sort(pl.all()), want.with_columns(pl.col("ta", "ra").cast(pl.String))
+                       .sort(pl.all()))

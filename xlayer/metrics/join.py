@@ -467,6 +467,20 @@ def _ba_marked(ba: pl.DataFrame, b: pl.Series, seq: pl.Series) -> pl.Series | No
     return pl.Series("_marked", inside & (((byte >> (off % 8).astype(np.uint8)) & 1) == 1))
 
 
+def _not_seen(bits: pl.DataFrame, att: pl.DataFrame) -> pl.DataFrame:
+    """Return the rows of `bits` (ta, ra, mac_seq) no attempt has (an anti join on the three)."""
+    codes = [x.get_column(c) for x in (bits, att) for c in ("ta", "ra")]
+    if not all(c.dtype == pl.Categorical for c in codes) or max(c.to_physical().max() or 0 for c in codes) >= 1 << 20:
+        seen = att.select("ta", "ra", pl.col("mac_seq").cast(pl.Int64)).unique()
+        return bits.join(seen, on=["ta", "ra", "mac_seq"], how="anti")
+    # the addresses' codes and the number as one integer: one 8-byte key hashed, not three columns
+    # (a null address makes a null key, which meets none, as in the join)
+    key = ((pl.col("ta").to_physical().cast(pl.Int64) * (1 << 20) + pl.col("ra").to_physical().cast(pl.Int64)) * 4096
+           + pl.col("mac_seq").cast(pl.Int64))
+    seen = att.select(key.alias("_k")).to_series()
+    return bits.lazy().filter(~key.is_in(seen.implode()).fill_null(False)).collect()
+
+
 def _ba_pairs(ba: pl.DataFrame, bits: pl.DataFrame) -> pl.DataFrame:
     """Return the distinct (ta, ra, mac_seq) the Block Acks `ba` say arrived (ta: the data's transmitter, the
     Block Ack's receiver) from their `bits` (ba_i, mac_seq), numbering the few address pairs first."""
@@ -681,10 +695,8 @@ def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[
     span = (int(air["ts_ns"].min()), int(air["ts_ns"].max())) if air.height else (0, -1)
     del air
     # capture loss: which of the holes a Block Ack says arrived (the attempts' addresses and numbers only)
-    seen = att.select("ta", "ra", pl.col("mac_seq").cast(pl.Int64)).unique()
-    ba_missed = (bits.join(seen, on=["ta", "ra", "mac_seq"], how="anti")
-                 .group_by("ta", "ra").agg(pl.len().cast(pl.Int64).alias("blockack_missed")))
-    del bits, seen
+    ba_missed = _not_seen(bits, att).group_by("ta", "ra").agg(pl.len().cast(pl.Int64).alias("blockack_missed"))
+    del bits
     # sorted once and kept sorted: the group-by below would otherwise hold a sorted copy beside `att`
     if not att["_i"].is_sorted():
         att = att.sort("_i")
@@ -692,9 +704,9 @@ def _analyse_usable(air: pl.DataFrame, file: str, compact: bool = True) -> dict[
     grp = _msdu_groups(att)
     # join_timeline reads of the attempts only the attempts table's columns and the group id (the rest is
     # freed before the groups are finished), and of the sequence spaces what places a packet's MPDU
-    att = att.select(*_ATT_KEEP, "gid", "attempt", "acked", "acked_by", "ack_frame")
+    att = _columns(att, [*_ATT_KEEP, "gid", "attempt", "acked", "acked_by", "ack_frame"])
     loss = _capture_loss(file, space, orphans, ba_missed)
-    space = space.select("ta", "ra", "_tid", "useq", "holes")
+    space = _columns(space, ["ta", "ra", "_tid", "useq", "holes"])
     # No ACK seen, yet the transmitter went on to its next MPDU of the same queue before its retry limit:
     # it got an ACK the sniffer did not hear (a far station's ACKs are often too weak for the sniffer).
     part = ["ta", "ra", "tid"]
@@ -715,10 +727,10 @@ def _msdu_groups(att: pl.DataFrame) -> pl.DataFrame:
     # An MSDU sent once (nearly all) is its own group: the group-by, a hash of every row and a list built
     # per group, is left to those with several attempts; the rest are taken column by column.
     several = _repeated(att.get_column("gid"))
-    multi = _msdu_groups_by(att.filter(several))
+    multi = _msdu_groups_by(_rows(att, pl.lit(several)))
     if several.all():
         return multi
-    one = att.lazy().filter(~several).select(
+    one = att.lazy().filter(~pl.lit(several)).select(
         "gid", "ta", "ra", "direction", "station", "tid", "mac_seq", "useq", "holes", "key", "flow", "ip_id", "ip_len",
         "protected", pl.col("nokey").alias("_nokey"), pl.col("amsdu").alias("_amsdu"), "pn",
         # as the aggregations make of one row: a sum of a null is 0, a list holds the one value
@@ -730,8 +742,9 @@ def _msdu_groups(att: pl.DataFrame) -> pl.DataFrame:
         pl.col("retry").cast(pl.UInt32).alias("n_retries"), (pl.col("frag").cast(pl.UInt32) + 1).alias("n_fragments"),
         pl.concat_list("rate_mbps").alias("rates_mbps"), pl.col("ampdu_ref").is_not_null().alias("ampdu"),
         pl.when(~pl.col("more_frag") & pl.col("acked")).then(pl.col("acked_by")).alias("acked_by"),
-        pl.when(~pl.col("more_frag") & pl.col("acked")).then(pl.col("ack_frame")).alias("ack_frame")).collect()
-    return pl.concat([one.select(multi.columns).cast(multi.schema), multi])
+        pl.when(~pl.col("more_frag") & pl.col("acked")).then(pl.col("ack_frame")).alias("ack_frame")) \
+        .select(multi.columns).cast(multi.schema).collect()
+    return pl.concat([one, multi])
 
 
 def _msdu_groups_by(att: pl.DataFrame) -> pl.DataFrame:
@@ -996,7 +1009,7 @@ def _join_left(d: pl.DataFrame, right: pl.DataFrame, on: list[str], nulls_equal:
         same = k.dtype == w.dtype or (k.dtype.is_integer() and w.dtype.is_integer())
         rows = _index_rows(_int_key(k), _int_key(w)) if same else None
         if rows is not None:
-            return d.hstack(right.lazy().drop(on).select(pl.all().gather(rows)).collect().get_columns())
+            return d.hstack(_without(right, *on).select(pl.all().gather(rows)).get_columns())
     add = d.select(on).join(right, on=on, how="left", nulls_equal=nulls_equal, maintain_order="left")
     if add.height != d.height:      # a key repeated in `right`: the plain join multiplies the rows
         return d.join(right, on=on, how="left", nulls_equal=nulls_equal, maintain_order="left")
@@ -1470,7 +1483,7 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
                     check_sortedness=False)
     del g             # the matching's working tables are freed as soon as used: this is the join's busiest moment
     m = m.filter(pl.col("_w").is_not_null())
-    m = m.select("_w").hstack(a["groups"].lazy().select(pl.col(_MERGE_COLS).gather(m.get_column("_g"))).collect().get_columns())
+    m = m.select("_w").hstack(_columns(a["groups"], _MERGE_COLS).select(pl.all().gather(m.get_column("_g"))).get_columns())
     m = _with_protected(m, protected_down(w, a, shift), a["groups"])
     gmap = _columns(m, ["gid", "_w"])
     per = _merge_groups(m, "_w")
@@ -1559,7 +1572,7 @@ def uplink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0
                     tolerance=MATCH_WINDOW_NS + SLACK_NS, check_sortedness=False)
          .filter(pl.col("_g").is_not_null()))
     del g
-    m = m.select("_w").hstack(a["groups"].lazy().select(pl.col(_MERGE_COLS).gather(m.get_column("_g"))).collect().get_columns())
+    m = m.select("_w").hstack(_columns(a["groups"], _MERGE_COLS).select(pl.all().gather(m.get_column("_g"))).get_columns())
     m = _with_protected(m, protected_up(w, a, shift), a["groups"])
     gmap = _columns(m, ["gid", "_w"])
     per = _merge_groups(m, "_w")
@@ -1753,16 +1766,16 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
     keep = [c.name for c in DOWNLINK]
     # each table is finished as soon as it can be, and its working rows freed
     # (parked in the scratch directory while the uplink and attempts are worked out)
-    downlink = park(conform(down.select([c for c in keep if c in down.columns]), DOWNLINK), scratch, "downlink")
+    downlink = park(conform(_columns(down, [c for c in keep if c in down.columns]), DOWNLINK), scratch, "downlink")
     del down
     # uplink
     if up_rows:
         seen_up = pl.when(pl.col("gid").is_not_null()).then(pl.lit("delivered")).otherwise(pl.lit("sniffer_missed"))
-        up = _choose_among([u.with_columns(seen_up.alias("fate")) for u in up_rows])
+        up = _choose_among([u.lazy().with_columns(seen_up.alias("fate")).collect() for u in up_rows])
     else:
         up = up_w.with_columns(pl.lit("unknown").alias("fate"), *_nulls("acked_by", "last_air_ts_ns", "first_air_ts_ns"))
-    up = up.with_columns((pl.col("ts_ns") - pl.col("last_air_ts_ns")).alias("sojourn_ns"),
-                         pl.col("acked_by").fill_null("none"))
+    up = up.lazy().with_columns((pl.col("ts_ns") - pl.col("last_air_ts_ns")).alias("sojourn_ns"),
+                                pl.col("acked_by").fill_null("none")).collect()
     wired_flows = up_w.get_column("flow").drop_nulls().unique()
     if up_only:
         only = pl.concat(up_only, how="diagonal_relaxed").filter(pl.col("flow").is_in(wired_flows.implode()))
@@ -1780,7 +1793,7 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
     # (air-only rows of one A-MPDU share a stamp: their capture's frame numbers order them)
     up = up.sort([c for c in ("capture_file", "frame", "first_air_ts_ns", "air_capture_file", "first_air_frame")
                   if c in up.columns], nulls_last=True, maintain_order=True)
-    uplink = park(conform(up.select([c for c in keep if c in up.columns]), UPLINK), scratch, "uplink")
+    uplink = park(conform(_columns(up, [c for c in keep if c in up.columns]), UPLINK), scratch, "uplink")
     del up
     # attempts, joined to their wired packet
     if airs:
