@@ -556,6 +556,9 @@ def _confirm(air: pl.DataFrame, att: pl.DataFrame, ba: pl.DataFrame | None = Non
     return att if att.get_column("_i").is_sorted() else att.sort("_i")
 
 
+_DIRECTION = pl.Enum(["down", "other", "up"])   # (in their sort order as strings)
+
+
 def _seq_spaces(air: pl.DataFrame) -> pl.DataFrame:
     """Return one row per distinct sequence number seen per space: space, ta, ra, useq, holes (missed before it)."""
     qos = (pl.col("wlan_type") == 2) & ((pl.col("wlan_subtype").cast(pl.Int32) & 8) != 0) & ~pl.col("_ra_grp")
@@ -565,9 +568,10 @@ def _seq_spaces(air: pl.DataFrame) -> pl.DataFrame:
         pl.when(qos).then(pl.col("wlan_ra")).alias("ra"),
         pl.when(qos).then(pl.col("wlan_tid").cast(pl.Int16)).otherwise(-1).alias("_tid"),
         pl.col("wlan_seq").cast(pl.Int64).alias("seq"),
-        pl.when(pl.col("wlan_from_ds") & ~pl.col("wlan_to_ds")).then(pl.lit("down"))
-        .when(pl.col("wlan_to_ds") & ~pl.col("wlan_from_ds")).then(pl.lit("up")).otherwise(pl.lit("other"))
-        .alias("direction")).collect()
+        # (as an enum in the strings' order: capture loss takes the least of its modes, by codes not strings)
+        pl.when(pl.col("wlan_from_ds") & ~pl.col("wlan_to_ds")).then(pl.lit("down", _DIRECTION))
+        .when(pl.col("wlan_to_ds") & ~pl.col("wlan_from_ds")).then(pl.lit("up", _DIRECTION))
+        .otherwise(pl.lit("other", _DIRECTION)).alias("direction")).collect()
     part = ["ta", "ra", "_tid"]
     # each space numbered in the spaces' sort order: rows sorted and windowed by one integer
     # by (_q, _i): the rows are in _i order, so a stable sort on _q alone
@@ -645,7 +649,8 @@ def _capture_loss(file: str, space: pl.DataFrame, orphans: pl.DataFrame, ba_miss
                 pl.col("holes").max().cast(pl.Int64).alias("mpdus_missed"),
                 pl.col("direction").mode().min())
            .group_by("ta", "ra").agg(pl.col("mpdus_captured").sum(), pl.col("mpdus_missed").sum(),
-                                     pl.col("direction").mode().min()))
+                                     pl.col("direction").mode().min())
+           .with_columns(pl.col("direction").cast(pl.String)))
     per = per.join(ba_missed, on=["ta", "ra"], how="left").with_columns(pl.col("blockack_missed").fill_null(0))
     per = per.join(orphans, on="ta", how="left").with_columns(pl.col("orphan_acks").fill_null(0))
     # an orphan ACK belongs to the transmitter, not to one of its spaces: count it once, on its first row
