@@ -991,7 +991,12 @@ def _index_rows(keys: pl.Series, want: pl.Series) -> pl.Series | None:
     if len(k) and (at[k] != np.arange(len(k))).any():     # a key repeated
         return None
     # (a value beyond every key, negative or null looks up nothing)
-    w = want.cast(pl.Int64, strict=False).fill_null(-1).to_numpy() if want.len() else np.zeros(0, np.int64)
+    if not want.len():
+        w = np.zeros(0, np.int64)
+    elif want.null_count() or want.dtype == pl.UInt64:
+        w = want.cast(pl.Int64, strict=False).fill_null(-1).to_numpy()
+    else:       # (no nulls: the numbers as they are, no cast of a million values through polars)
+        w = want.to_numpy().astype(np.int64, copy=False)
     inside = (w >= 0) & (w < len(at))
     rows = np.full(len(w), -1, np.int64)
     rows[inside] = at[w[inside]]
