@@ -138,9 +138,9 @@ def test_one_decoding_thread_when_the_cpus_are_taken(monkeypatch, taken: bool) -
     seen = []
     real = ingest._decoded
 
-    def spy(chunks, decoder, threads, proj):
+    def spy(chunks, decoder, threads, proj, **kw):
         seen.append(threads)
-        return real(chunks, decoder, threads, proj)
+        return real(chunks, decoder, threads, proj, **kw)
 
     monkeypatch.setattr(ingest, "_decoded", spy)
     monkeypatch.setattr(ingest, "_cpus_taken", lambda: taken)

@@ -1548,9 +1548,11 @@ def downlink_one(w: pl.DataFrame, a: dict[str, pl.DataFrame], shift: int = 0) ->
         pl.when(pl.col("_hp").is_not_null() & (pl.col("_seg") > 0)).then(pl.col("_rank") - 1)
         .otherwise(pl.col("_rank")).alias("_rank")).drop("_hp", "_seg", "_deq", "_p").collect()
     # a station whose traffic is protected and none of whose packets could be paired is not judged
+    # (the groups' stations are categorical codes; a capture without wired packets leaves d's as strings)
     prot = a["groups"].lazy().filter(pl.col("direction") == "down").group_by("station").agg(
         (pl.col("protected").mean() > 0.5).alias("_prot")).join(
-        d.lazy().filter(matched).select("station").unique(), on="station", how="anti").collect()
+        d.lazy().filter(matched).select(pl.col("station").cast(a["groups"].schema["station"])).unique(),
+        on="station", how="anti").with_columns(pl.col("station").cast(d.schema["station"])).collect()
     d = _join_left(d, prot, ["station"])
     start, end = a["span"].row(0)
     outside = (pl.col("ts_ns") < start) | (pl.col("ts_ns") > end)
