@@ -336,3 +336,31 @@ def test_fractions_without_denominator_synthetic():
     assert st["retry_fraction_down"] is None and st["retry_fraction_up"] is None
     assert st["fcs_bad_rate"] == 0.0
     assert t["station_series"]["retry_fraction"].to_list() == [None]
+
+
+def test_stations_read_every_column_the_airtime_formula_reads():
+    # Without its MCS and bandwidth a VHT/HE PPDU's N_DBPS comes from the rounded rate: HE MCS 11 80 MHz
+    # GI 0.8 is 8166.67 bits a symbol, radiotap's 600.5 Mbit/s x 13.6 us gives 8167, and an A-MPDU of
+    # 102084 bytes takes 101 symbols by the table, 100 by the rate: the stations' airtime would not be
+    # the join's.
+    from xlayer.metrics.stations import NEEDS
+    from xlayer.timeline.airtime import COLUMNS
+    assert set(COLUMNS) <= set(NEEDS)
+    mpdus = [1538] * 66 + [176]                 # subframes 66 x 1544 + 180 = 102084 bytes
+    n = len(mpdus)
+    df = pl.DataFrame({
+        "wirelen": [40 + m for m in mpdus], "linktype": [127] * n, "rt_len": [40] * n, "rt_flags": [0x10] * n,
+        "phy_rate_mbps": [600.5] * n, "phy": ["he"] * n, "mcs": [11] * n, "nss": [1] * n, "bw_mhz": [80] * n,
+        "he_gi_us": [0.8] * n, "freq_mhz": [5210] * n, "ampdu_ref": [3] * n,
+        "ampdu_flags": [0x04] * (n - 1) + [0x0C], "wlan_type": [2] * n, "wlan_subtype": [8] * n,
+        "wlan_seq": list(range(n)), "wlan_to_ds": [False] * n, "wlan_from_ds": [True] * n,
+        "wlan_order": [False] * n, "wlan_amsdu": [False] * n, "sgi": [False] * n, "ip_len": [m - 38 for m in mpdus],
+        "fcs_bad": [False] * n,
+    }, schema_overrides={"ampdu_ref": pl.UInt32, "he_gi_us": pl.Float32, "mcs": pl.UInt8, "nss": pl.UInt8,
+                         "bw_mhz": pl.UInt16, "rt_len": pl.UInt16, "rt_flags": pl.UInt8, "ampdu_flags": pl.UInt16,
+                         "wlan_type": pl.UInt8, "wlan_subtype": pl.UInt8, "wlan_seq": pl.UInt16})
+    a = airtime(df)
+    assert a["ppdu_bytes"][0] == 102084
+    # HE SU preamble with 1 HE-LTF of 6.4 + 0.8 us: 36 + 7.2 = 43.2 us
+    assert a["ppdu_ns"][0] == round((43.2 + 101 * 13.6) * 1000)
+    assert airtime(df.drop("mcs", "bw_mhz"))["ppdu_ns"][0] == round((43.2 + 100 * 13.6) * 1000)

@@ -80,10 +80,10 @@ if TYPE_CHECKING:
 
 NEEDS: tuple[str, ...] = (
     "frame", "ts_ns", "wirelen", "linktype", "malformed", "rt_layout", "rt_len", "rt_flags", "phy_rate_mbps", "phy",
-    "nss", "sgi", "he_gi_us", "freq_mhz", "chan_flags", "signal_dbm", "noise_dbm", "fcs_bad", "ampdu_ref", "ampdu_flags",
-    "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds", "wlan_more_frag", "wlan_retry", "wlan_order",
-    "wlan_amsdu", "wlan_ra", "wlan_ta", "wlan_bssid", "wlan_seq", "wlan_frag", "wlan_tid", "wlan_reason",
-    "wlan_status", "wlan_ba_ssn", "wlan_ba_bitmap", "ip_len")
+    "mcs", "bw_mhz", "nss", "sgi", "he_gi_us", "freq_mhz", "chan_flags", "signal_dbm", "noise_dbm", "fcs_bad",
+    "ampdu_ref", "ampdu_flags", "wlan_type", "wlan_subtype", "wlan_to_ds", "wlan_from_ds", "wlan_more_frag",
+    "wlan_retry", "wlan_order", "wlan_amsdu", "wlan_ra", "wlan_ta", "wlan_bssid", "wlan_seq", "wlan_frag", "wlan_tid",
+    "wlan_reason", "wlan_status", "wlan_ba_ssn", "wlan_ba_bitmap", "ip_len")
 
 ACK_WINDOW_NS = 1_000_000      # PPDU end -> ACK end: SIFS + ACK airtime (<= 304 us at 1 Mbit/s) + stamping jitter
 CTS_WINDOW_NS = 1_000_000      # RTS stamp -> CTS stamp: SIFS + CTS airtime (<= 304 us at 1 Mbit/s) + stamping jitter
