@@ -77,7 +77,7 @@ def test_positions_and_positional_join_as_a_join_on_the_row_number():
                           pl.Series("ta", RNG.choice(MACS, keys.len()).tolist(), dtype=pl.Categorical)])
     left = pl.DataFrame([pl.Series("_i", [*RNG.integers(0, 10_000, 3000), 20_000, None], dtype=pl.UInt32),
                          pl.Series("x", np.arange(3002))])
-    assert join._index_rows(right.get_column("_i"), left.get_column("_i")) is not None
+    assert join.index_rows(right.get_column("_i"), left.get_column("_i")) is not None
     got = join._join_left(left, right, ["_i"])
     ref = left.join(right, on="_i", how="left", maintain_order="left")
     assert got.get_column("useq").null_count() > right.get_column("useq").null_count() // 2   # both kinds of null
@@ -87,7 +87,7 @@ def test_positions_and_positional_join_as_a_join_on_the_row_number():
     # a repeated key, a negative one, or keys far larger than the tables: the hash join
     for r in (pl.concat([right, right.head(5)]), right.with_columns(-pl.col("_i").cast(pl.Int64) - 1),
               right.with_columns(pl.col("_i").cast(pl.Int64) * 10**9)):
-        assert join._index_rows(r.get_column("_i"), left.get_column("_i").cast(r.schema["_i"])) is None
+        assert join.index_rows(r.get_column("_i"), left.get_column("_i").cast(r.schema["_i"])) is None
         lf = left.with_columns(pl.col("_i").cast(r.schema["_i"]))
         assert_frame_equal(join._join_left(lf, r, ["_i"]), lf.join(r, on="_i", how="left", maintain_order="left"))
 

@@ -104,7 +104,7 @@ import numpy as np
 import polars as pl
 
 import xlayer.timeline.match as mm
-from xlayer.metrics.keys import with_sorted_ids
+from xlayer.metrics.keys import index_rows, with_sorted_ids
 from xlayer.metrics.schema import MATCH_COLUMNS, Column, conform, register
 from xlayer.timeline.airtime import COLUMNS as AIRTIME_COLUMNS
 from xlayer.timeline.open import mapped_ipc, park
@@ -978,32 +978,6 @@ def _repeated(s: pl.Series) -> pl.Series:
     return s.is_duplicated()
 
 
-def _index_rows(keys: pl.Series, want: pl.Series) -> pl.Series | None:
-    """Return per value of `want` the row of `keys` holding it (null: none), or None when the keys are not
-    distinct small non-negative integers (row numbers, group ids) that can be looked up by position."""
-    if not keys.dtype.is_integer() or not want.dtype.is_integer() or keys.null_count():
-        return None
-    if keys.len() and (keys.min() < 0 or keys.max() > 4 * (keys.len() + want.len()) + 1024):
-        return None
-    k = keys.cast(pl.Int64).to_numpy()
-    at = np.full(int(k.max()) + 1 if len(k) else 0, -1, np.int64)
-    at[k] = np.arange(len(k))
-    if len(k) and (at[k] != np.arange(len(k))).any():     # a key repeated
-        return None
-    # (a value beyond every key, negative or null looks up nothing)
-    if not want.len():
-        w = np.zeros(0, np.int64)
-    elif want.null_count() or want.dtype == pl.UInt64:
-        w = want.cast(pl.Int64, strict=False).fill_null(-1).to_numpy()
-    else:       # (no nulls: the numbers as they are, no cast of a million values through polars)
-        w = want.to_numpy().astype(np.int64, copy=False)
-    inside = (w >= 0) & (w < len(at))
-    rows = np.full(len(w), -1, np.int64)
-    rows[inside] = at[w[inside]]
-    miss = rows < 0
-    return pl.Series("_row", np.ma.masked_array(rows, miss), pl.Int64) if miss.any() else pl.Series("_row", rows)
-
-
 def _int_key(s: pl.Series) -> pl.Series:
     """Return `s`, a categorical column as its codes (equal values, equal codes: polars' categories are global)."""
     return s.to_physical() if s.dtype == pl.Categorical else s
@@ -1017,7 +991,7 @@ def _join_left(d: pl.DataFrame, right: pl.DataFrame, on: list[str], nulls_equal:
         # not hashed
         k, w = right.get_column(on[0]), d.get_column(on[0])
         same = k.dtype == w.dtype or (k.dtype.is_integer() and w.dtype.is_integer())
-        rows = _index_rows(_int_key(k), _int_key(w)) if same else None
+        rows = index_rows(_int_key(k), _int_key(w)) if same else None
         if rows is not None:
             return d.hstack(_without(right, *on).select(pl.all().gather(rows)).get_columns())
     add = d.select(on).join(right, on=on, how="left", nulls_equal=nulls_equal, maintain_order="left")
@@ -1818,7 +1792,7 @@ def join_timeline(tl: Timeline) -> dict[str, pl.DataFrame]:
                 a["attempts"] = mapped_ipc(att_files[f])
                 os.remove(att_files[f])
             att = a.pop("attempts")
-            if _index_rows(g.get_column("gid"), att.get_column("gid").head(0)) is None:
+            if index_rows(g.get_column("gid"), att.get_column("gid").head(0)) is None:
                 g = g.unique("gid")     # (a group taken by two packets, if ever: one of them, as before)
             # only the key columns go through the joins (`_join_left`), not a copy of every attempt column
             att = _join_left(att, g, ["gid"])

@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from xlayer.metrics.keys import with_sorted_ids
+from xlayer.metrics.keys import index_rows, with_sorted_ids
 from xlayer.metrics.schema import Column, conform, register
 from xlayer.timeline.flowkey import flow_exprs
 
@@ -219,12 +219,9 @@ def _per_direction(left: pl.DataFrame, right: pl.DataFrame) -> np.ndarray:
     every row of `left`."""
     codes = _dir_codes(left, right)
     if codes is not None and right.height and left.height:
-        lc, rc = codes
-        top = int(max(lc.max(), rc.max())) + 1
-        if top <= 4 * (len(lc) + len(rc)) + (1 << 20) and int(min(lc.min(), rc.min())) >= 0:
-            lut = np.full(top, -1, np.int64)
-            lut[rc] = np.arange(len(rc))
-            return lut[lc]
+        rows = index_rows(pl.Series(codes[1]), pl.Series(codes[0]))
+        if rows is not None:
+            return rows.fill_null(-1).to_numpy()
     r = right.select(G).with_row_index("_rr")
     return left.select(G).join(r, on=G, how="left", maintain_order="left").get_column("_rr") \
         .cast(pl.Int64).fill_null(-1).to_numpy()
