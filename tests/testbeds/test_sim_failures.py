@@ -67,3 +67,16 @@ def test_a_simulation_stopped_by_a_signal_leaves_nothing(tmp_path, sig) -> None:
     else:                       # the simulation had finished when the signal came: a whole bundle
         assert proc.returncode == 0, err
         assert (out / "bundle.json").exists() and not (out / ".sim-work").exists()
+
+
+@pytest.mark.skipif(not HAVE_NS3, reason="ns-3 Python bindings not installed (pip install ns3)")
+def test_an_output_directory_given_relative_to_the_working_directory_is_written(tmp_path) -> None:
+    """`xlayer sim -o b` from the directory the user is in: the ns-3 child runs in the work directory,
+    so a path relative to the user's would name a file that is not there (it failed with "no such
+    file ... b/.sim-work/job.json")."""
+    proc = subprocess.run([sys.executable, "-m", "xlayer", "sim", "steady", "--seconds", "0.8", "-o", "b"],
+                          capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=600)
+    assert proc.returncode in (0, 1), proc.stderr       # 1: a run this short may not show the effect
+    assert (tmp_path / "b" / "bundle.json").exists() and (tmp_path / "b" / "sniffer.pcap").stat().st_size > 24
+    assert not (tmp_path / "b" / ".sim-work").exists()

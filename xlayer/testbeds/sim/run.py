@@ -95,6 +95,8 @@ def run_child(job: dict, workdir: Path, log: Callable[[str], None], timeout: flo
     # Imported here, not at the top: the package importing `world` before the child runs it as
     # __main__ makes runpy warn in every child.
     from xlayer.testbeds.sim.world import NO_NS3  # noqa: PLC0415
+    # The child runs in `workdir`: a relative path (`xlayer sim -o out`) would then name a file under it.
+    workdir = Path(workdir).resolve()
     job_path = workdir / "job.json"
     job_path.write_text(json.dumps(job, indent=1))
     cmd = [sys.executable, "-m", "xlayer.testbeds.sim.world", str(job_path)]
