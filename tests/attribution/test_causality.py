@@ -14,7 +14,7 @@ import pytest
 from tests.helpers.common import REPO
 from xlayer.attribution.causality import explain
 from xlayer.attribution.causes import delaysplit, mac_retries
-from xlayer.attribution.causes.base import Window
+from xlayer.attribution.causes.base import Context, Window
 from xlayer.attribution.drops import DropConfig, aggregate_kept
 from xlayer.attribution.incidents import CauseFinding
 from xlayer.metrics.delay import covered, decompose
@@ -87,11 +87,13 @@ def _line(packets: list[dict]) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
-class _Ctx:
-    """The tables `explain` and `delaysplit` read, over a crafted AP transmit line."""
+class _Ctx(Context):
+    """The tables `explain` and `delaysplit` read, over a crafted AP transmit line (the analysis's own
+    window filters and memo over them)."""
 
     def __init__(self, downlink: pl.DataFrame, signals: dict[str, float] | None = None,
                  quiet: list[tuple[int, int]] | None = None) -> None:
+        super().__init__(None, DropConfig())
         self.tables = {"downlink": downlink, "delay": decompose(downlink)}
         ss = [{"station": k, "bin_start_ns": W.start_ns, "signal_dbm": v} for k, v in (signals or {}).items()]
         self.tables["station_series"] = pl.DataFrame(ss, schema={"station": pl.Utf8, "bin_start_ns": pl.Int64,
@@ -105,16 +107,6 @@ class _Ctx:
 
     def table(self, name: str) -> pl.DataFrame:
         return self.tables[name]
-
-    def between(self, name: str, s: int, e: int, col: str = "ts_ns") -> pl.DataFrame:
-        df = self.tables[name]
-        return df.filter((pl.col(col) >= s) & (pl.col(col) < e))
-
-    def outside(self, name: str, col: str = "ts_ns", columns: tuple[str, ...] | None = None) -> pl.DataFrame:
-        df = self.tables[name]
-        for s, e in self.quiet:
-            df = df.filter((pl.col(col) < s) | (pl.col(col) >= e))
-        return df if columns is None else df.select([c for c in df.columns if c in columns])
 
     def flows_of(self, stations: list[str]) -> list[str]:
         return sorted(set(self.tables["downlink"].filter(pl.col("station").is_in(stations))["flow"].to_list()))
@@ -225,6 +217,20 @@ def test_a_retry_too_small_for_the_rise_is_no_root_made_from_the_split_alone():
     got = explain(_Ctx(_line(_queue_of_own_windows_with_a_retry()), quiet=QUIET), W,
                   _findings("spurious_rto", "mac_retries"))
     assert [f.cause for f in got] == ["mac_retries", "spurious_rto"]
+
+
+def test_the_steady_state_worked_out_once_follows_the_drop_windows_left_out():
+    """The steady state a split compares with is worked out once per analysis (it does not depend on the
+    window), but it is what lies outside the drop windows: once those change, it is worked out again."""
+    rows = _queue_of_own_windows_with_a_retry()
+    ctx = _Ctx(_line(rows), quiet=QUIET)
+    first = delaysplit.split(ctx, W, ["f"], 200.0)
+    w2 = Window(W.start_ns + 100 * MS, W.end_ns, ["f"])
+    assert delaysplit.split(ctx, w2, ["f"], 200.0).outside == first.outside     # the same steady state
+    ctx.quiet = []                        # the burst itself now counts as steady
+    again = delaysplit.split(ctx, W, ["f"], 200.0)
+    fresh = delaysplit.split(_Ctx(_line(rows), quiet=[]), W, ["f"], 200.0)
+    assert again.outside == fresh.outside and again.outside["load"] > 2 * first.outside["load"]
 
 
 def test_no_reorder_when_the_delay_stays_far_below_the_rto():

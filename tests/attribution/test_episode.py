@@ -6,7 +6,7 @@ import polars as pl
 
 from xlayer.attribution.analyze import _with_episodes
 from xlayer.attribution.causes import mac_retries, performance_anomaly, rate_change
-from xlayer.attribution.causes.base import Window
+from xlayer.attribution.causes.base import Context, Window
 from xlayer.attribution.drops import DropConfig
 from xlayer.attribution.incidents import CauseFinding
 
@@ -32,26 +32,18 @@ AIR = {"capture_file": pl.Utf8, "frame": pl.Int64, "ts_ns": pl.Int64, "wlan_type
        "wlan_ta": pl.Utf8, "wlan_ra": pl.Utf8}
 
 
-class _Ctx:
-    """The tables a cause's episode reads: transmissions (`attempts`) and the air's frames (none unless given)."""
+class _Ctx(Context):
+    """The tables a cause's episode reads: transmissions (`attempts`) and the air's frames (none unless
+    given), under the analysis's own window filters."""
 
     def __init__(self, att: pl.DataFrame, quiet: list[tuple[int, int]], air: pl.DataFrame | None = None) -> None:
+        super().__init__(None, DropConfig())
         att = att if "capture_file" in att.columns else att.with_columns(pl.lit("air.pcap").alias("capture_file"))
         self.tables = {"attempts": att, "air_frames": pl.DataFrame(schema=AIR) if air is None else air}
         self.quiet = quiet
-        self.cfg = DropConfig()
 
     def table(self, name: str) -> pl.DataFrame:
         return self.tables[name]
-
-    def between(self, name: str, s: int, e: int, col: str = "ts_ns") -> pl.DataFrame:
-        return self.tables[name].filter((pl.col(col) >= s) & (pl.col(col) < e))
-
-    def outside(self, name: str, col: str = "ts_ns") -> pl.DataFrame:
-        df = self.tables[name]
-        for s, e in self.quiet:
-            df = df.filter((pl.col(col) < s) | (pl.col(col) >= e))
-        return df
 
 
 def _finding() -> CauseFinding:

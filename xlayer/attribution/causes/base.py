@@ -58,6 +58,10 @@ class Context:
                 self._cache[key] = self.tl.table(name, columns=_kept(self.tl.table_columns(name)))
         return self._cache[key]
 
+    def steady_key(self, *parts: object) -> str:
+        """Return a memo key for a statistic of the steady state: `parts` and the drop windows left out."""
+        return "steady:" + repr((parts, tuple(self.quiet)))
+
     def memo(self, key: str, make: Callable[[], Any]) -> Any:
         """Return what `make()` returned the first time `key` was asked for in this analysis (kept
         across `release`: a cause's whole-bundle result, worked out once for its proposal and every window)."""
@@ -97,15 +101,17 @@ class Context:
             return df.slice(lo, hi - lo)
         return df.filter((pl.col(col) >= start_ns) & (pl.col(col) < end_ns))
 
-    def outside(self, name: str, col: str = "ts_ns", columns: Sequence[str] | None = None) -> pl.DataFrame:
-        """Return the rows of a table outside every drop window (the steady state to compare with), only
-        `columns` (in the table's order) if given."""
+    def outside(self, name: str, col: str = "ts_ns", columns: Sequence[str] | None = None,
+                where: pl.Expr | None = None) -> pl.DataFrame:
+        """Return the rows of a table outside every drop window (the steady state to compare with) that
+        also meet `where` if given, only `columns` (in the table's order) if given."""
         df = self.table(name)
         keep = None if columns is None else [c for c in df.columns if c in set(columns)]
-        if not self.quiet:
+        if not self.quiet and where is None:
             return df if keep is None else df.select(keep)
-        # one filter (one copy of the rows kept), not one per window
-        quiet = pl.all_horizontal([(pl.col(col) < s) | (pl.col(col) >= e) for s, e in self.quiet])
+        # one filter (one copy of the rows kept), not one per window nor one per condition
+        quiet = pl.all_horizontal([(pl.col(col) < s) | (pl.col(col) >= e) for s, e in self.quiet]
+                                  + ([] if where is None else [where]))
         if keep is None:
             return df.filter(quiet)
         # lazily: only the columns asked for are copied (of `attempts`, a few of the sixteen it keeps)

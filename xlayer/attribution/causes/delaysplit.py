@@ -346,15 +346,23 @@ def split(ctx: Context, w: Window, flows: list[str], rto_ms: float | None = None
     if not sel.any():
         sel = total >= np.quantile(total, 0.9)
     inside = {k: float(v[sel].mean()) / 1e6 for k, v in parts.items()}
-    line = _steady(ctx, "delay", flows)
-    out = line.filter(pl.col("flow").is_in(flows))
-    outside = {}
-    if out.height:
-        po = _parts(out, line, hog.station if hog else None,
-                    rts_retry_spans(_steady(ctx, "air_frames"), stations))
-        outside = {k: float(v.mean()) / 1e6 for k, v in po.items()}
+    hs = hog.station if hog else None
+    # the steady state depends on the flows, the hog and the stations, not on the window: worked out
+    # once per analysis for every window that asks
+    outside, svc_out = ctx.memo(ctx.steady_key("delaysplit", sorted(flows), hs, sorted(stations, key=str)),
+                                lambda: _outside(ctx, flows, hs, stations))
     # how long the line took per packet, in and out: a longer queue of the same work is more packets
     # ahead; the same queue of slower work is what a change on the air made
     svc_in = float(served["service_ns"].mean() or 0.0) / 1e6
-    svc_out = float(line["service_ns"].mean() or 0.0) / 1e6 if out.height else None
-    return Split(inside, outside, int(sel.sum()), hog, {"service_ms": svc_in, "service_outside_ms": svc_out})
+    return Split(inside, dict(outside), int(sel.sum()), hog, {"service_ms": svc_in, "service_outside_ms": svc_out})
+
+
+def _outside(ctx: Context, flows: list[str], hog: str | None, stations: list) -> tuple[dict[str, float], float | None]:
+    """Return the flows' mean delay (ms) per part in the steady state, and the line's mean service time
+    there (ms; None when the flows have no steady packet)."""
+    line = _steady(ctx, "delay", flows)
+    out = line.filter(pl.col("flow").is_in(flows))
+    if not out.height:
+        return {}, None
+    po = _parts(out, line, hog, rts_retry_spans(_steady(ctx, "air_frames"), stations))
+    return {k: float(v.mean()) / 1e6 for k, v in po.items()}, float(line["service_ns"].mean() or 0.0) / 1e6

@@ -28,6 +28,13 @@ def _fpm(att: pl.DataFrame) -> tuple[float, int, int]:
     return (frags / msdus if msdus else 0.0), frags, msdus
 
 
+def _fpm_outside(ctx: Context, stations: list[str] | None) -> tuple[float, int, int]:
+    """Return `_fpm` of the stations' transmissions (all when None) in the steady state."""
+    out = ctx.outside("attempts", columns=("station", "ta", "mac_seq", "frag"),
+                      where=pl.col("station").is_in(stations) if stations else None)
+    return _fpm(out) if out.height else (0.0, 0, 0)
+
+
 def score(ctx: Context, w: Window) -> CauseFinding | None:
     """Return the evidence of fragmentation in the window."""
     att = ctx.between("attempts", w.start_ns, w.end_ns)
@@ -41,10 +48,8 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     conf = clip01((fpm - 1.2) / 1.0) * 0.9
     if must_rise(w, NAME):
         # a drop, or a span another cause proposed: the condition explains it only by how much it rose there
-        out = ctx.outside("attempts", columns=("station", "ta", "mac_seq", "frag"))
-        if w.stations:
-            out = out.filter(pl.col("station").is_in(w.stations))
-        fpm_out, _, msdus_out = _fpm(out) if out.height else (0.0, 0, 0)
+        fpm_out, _, msdus_out = ctx.memo(ctx.steady_key(NAME, sorted(w.stations or [])),
+                                         lambda: _fpm_outside(ctx, w.stations))
         # each fragment pays its own overhead, so a packet's line time grows with its fragments: the
         # rise that halves goodput (a drop) is a doubling of them, whatever their number before
         known = msdus_out >= MIN_MSDUS and fpm_out > 0

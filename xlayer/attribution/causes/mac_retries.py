@@ -232,8 +232,8 @@ def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
     worst = per.row(0, named=True)
     rf = float(att["retry"].mean())
     # outside the drops and outside what this window reads (its lead-in included)
-    out = ctx.outside("attempts").filter((pl.col("ts_ns") < s) | (pl.col("ts_ns") >= e))
-    out = out.filter(pl.col("station").is_in(per["station"].to_list()))
+    out = ctx.outside("attempts", where=((pl.col("ts_ns") < s) | (pl.col("ts_ns") >= e))
+                      & pl.col("station").is_in(per["station"].to_list()))
     rf_out = float(out["retry"].mean()) if out.height >= MIN_ATTEMPTS else None
     conf = _conf(rf, rf_out, w.kind) * _weak_link_factor(ctx, w, att, out, per["station"].to_list())
     # One station's link can be what changed while the others' stay clean (a hidden node beside it):

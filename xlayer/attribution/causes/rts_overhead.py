@@ -91,7 +91,7 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     ratio, rts, att, cts = _ratio(ctx, w.start_ns, w.end_ns, w.stations)
     if ppdus(att) < MIN_DATA or rts.height == 0:
         return None
-    out = _ratio_outside(ctx, w.stations)
+    out = ctx.memo(ctx.steady_key(NAME, sorted(w.stations or [])), lambda: _ratio_outside(ctx, w.stations))
     # RTS past one per data transmission are RTS sent again (no CTS came back): retries of a weak
     # link, not more protection; the protected share is at most all of them
     conf = clip01((ratio - 0.2) / 0.5) * 0.8 * rose(w, min(ratio, 1.0), None if out is None else min(out, 1.0), 0.5,
