@@ -284,3 +284,20 @@ def test_captures_not_aligned_well_are_said_in_the_summary() -> None:
     assert said[0] == "clock of client.pcap: poor: offset uncertain by 840 us (uncertainty 840 us)"
     assert said[1].endswith(": cannot align: no packet seen at both") and "\u001b" not in said[1]
     assert len(said) == 2            # the aligned ones are not listed
+
+
+def test_offsets_resting_on_a_long_paths_equal_delays_are_said_once() -> None:
+    """A server across a WAN: the AP-side captures are aligned, but their offsets take the path's one-way
+    delays as equal.  One line says which and how long the path is; a short path (a LAN) is not worth it."""
+    from xlayer.attribution.incidents import Analysis
+
+    caps = [{"file": "server.pcap", "status": "aligned", "uncertainty_us": 0.0, "equal_delay_us": 0.0},
+            {"file": "ap_wired.pcap", "status": "aligned", "uncertainty_us": 34_012.0, "equal_delay_us": 34_008.2},
+            {"file": "sniffer.pcap", "status": "aligned", "uncertainty_us": 34_030.0, "equal_delay_us": 34_008.2},
+            {"file": "lan.pcap", "status": "aligned", "uncertainty_us": 40.0, "equal_delay_us": 35.0}]
+    text = summary_text(Analysis([], [], {"reference": "server", "captures": caps}))
+    said = [ln.strip() for ln in text.splitlines() if "equally long both ways" in ln]
+    assert said == ["clocks of ap_wired.pcap, sniffer.pcap: aligned taking the path between them and server as "
+                    "equally long both ways (up to 34.0 ms each way; an asymmetric path moves their offsets by "
+                    "half the difference)"]
+    assert not [ln for ln in text.splitlines() if ln.strip().startswith("clock of ")]

@@ -340,3 +340,9 @@ def test_alignment_table_says_each_captures_status_and_uncertainty(tmp_path):
     build_report(tl, Analysis([], [], {}), tmp_path / "b.html")
     html = (tmp_path / "b.html").read_text()
     assert "Not aligned well" in html and "poor: &lt;b&gt;crafted&lt;/b&gt; reason" in html and "1,234.5" in html
+    # captures aligned across a long path: said once above the table, not as a poor fit
+    assert "equally long both ways" not in html
+    tl.alignment.captures[-1] = replace(c0, equal_delay_us=41_250.0, uncertainty_us=41_262.0)
+    build_report(tl, Analysis([], [], {}), tmp_path / "c.html")
+    html = (tmp_path / "c.html").read_text()
+    assert f"Clocks of {html_mod.escape(c0.file)}: aligned taking the path" in html and "up to 41.2 ms each way" in html

@@ -380,7 +380,7 @@ def test_cli_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {"reference", "captures"} and out["reference"] == "server"
     keys = {"file", "vantage", "offset_s", "skew_ppm", "anchor_ts", "matched", "residual_us", "method",
-            "status", "confidence", "uncertainty_us", "envelope_points", "skew_se_ppm"}
+            "status", "confidence", "uncertainty_us", "equal_delay_us", "envelope_points", "skew_se_ppm"}
     assert len(out["captures"]) == 5
     for c in out["captures"]:
         assert set(c) == keys

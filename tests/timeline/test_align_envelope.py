@@ -114,6 +114,60 @@ def test_sniffer_edge_far_host(seed: int) -> None:
     assert off * 1e3 <= fit.uncertainty_ns
 
 
+def _wan_table(seed: int, fwd_ms: float, rev_ms: float, skew_ppm: float = 20.0):
+    """Return (xf, yf, xr, yr, theta): a server tens of milliseconds away both ways, its packets mostly
+    unqueued (a fifth wait up to 3 ms somewhere on the path), stamps jittered 20 us at each end."""
+    rng = np.random.default_rng(seed)
+    span = 10 * NS
+    xf = np.sort(rng.uniform(-span / 2, span / 2, 3000))
+    xr = np.sort(rng.uniform(-span / 2, span / 2, 1500))
+
+    def theta(x: np.ndarray) -> np.ndarray:
+        return 4.2e8 + skew_ppm * 1e-6 * x
+
+    def extra(n: int) -> np.ndarray:
+        return np.where(rng.random(n) < 0.2, rng.uniform(0, 3e6, n), 0.0) + np.abs(rng.normal(0, 28e3, n))
+
+    return (xf, theta(xf) + fwd_ms * 1e6 + extra(len(xf)), xr, theta(xr) - rev_ms * 1e6 - extra(len(xr)), theta)
+
+
+@pytest.mark.parametrize("fwd_ms,rev_ms", [(35.0, 35.0), (40.0, 30.0)])
+def test_a_path_of_tens_of_milliseconds_is_the_equal_delay_assumption_not_a_poor_fit(fwd_ms, rev_ms) -> None:
+    """A server across a WAN: the floors both ways are reached all along and lie 70 ms apart.  The
+    offset is midway, exact for a symmetric path and off by half the difference of an asymmetric
+    one; the uncertainty covers that, says how much of it is the assumption, and the status stays
+    "aligned" with a note (every two-way method assumes it: it is no sign of a bad fit)."""
+    xf, yf, xr, yr, theta = _wan_table(3, fwd_ms, rev_ms)
+    fit = fitm.two_way(xf, yf, xr, yr)
+    off, sk = fit_errors(fit, theta, xf, xr, 20.0)
+    asym_us = abs(fwd_ms - rev_ms) / 2 * 1e3
+    assert abs(off - asym_us) <= 30.0 and sk <= MAX_SKEW_ERR_PPM, (off, sk, fit)
+    assert fit.status == "aligned", fit
+    assert any("one-way delays of that path are equal" in n for n in fit.notes), fit.notes
+    assert abs(fit.path_ns - (fwd_ms + rev_ms) / 2 * 1e6) <= 50e3 and fit.bound_ns == 0.0
+    assert off * 1e3 <= fit.uncertainty_ns and fit.uncertainty_ns - fit.path_ns <= fitm.POOR_NS
+
+
+def test_a_chain_crosses_a_long_path_where_both_floors_are_credible_not_on_a_bound() -> None:
+    """Two links cross the same 20 ms path: one whose far direction queued all along (its offset lies
+    midway between the reverse floor and the queued side's lowest packets: a bound, off by half their
+    least queueing even on a symmetric path), one with credible floors both ways 0.8 ms further apart.
+    By uncertainty alone the bound looks better; the chain's cost counts the bound twice and takes the
+    credible link (a sniffer's own edge to a server across a WAN against the AP's wired capture's)."""
+    from xlayer.timeline.align import _edge_cost
+
+    xf, yf, xr, yr, _ = delay_table(40, fwd_base=20e6, rev_base=20e6, rev_rate=250, retry_share=0.1,
+                                    min_queue=40e3, free_s=0.0)
+    bound = fitm.two_way(xf, yf, xr, yr)
+    xf, yf, xr, yr, _ = _wan_table(4, 20.8, 20.8)
+    credible = fitm.two_way(xf, yf, xr, yr)
+    assert bound.coverage_fwd < fitm.MIN_COVERAGE <= bound.coverage_rev and bound.bound_ns > 19e6
+    assert credible.bound_ns == 0.0 and credible.path_ns > 19e6
+    assert bound.uncertainty_ns < credible.uncertainty_ns, (bound.uncertainty_ns, credible.uncertainty_ns)
+    assert _edge_cost(credible) < _edge_cost(bound)
+    assert bound.status.startswith("poor: offset uncertain by") and credible.status == "aligned"
+
+
 @pytest.mark.parametrize("seed", range(1, 6))
 def test_floor_growing_with_size(seed: int) -> None:
     """One direction carries ACKs early and 1500-byte packets late, and its stamps put 8 ns a byte of

@@ -10,6 +10,7 @@ from xlayer.attribution.drops import SHARED_KEPT, DropConfig
 from xlayer.cli.common import add_bundle_argument, add_timeline_options
 from xlayer.signals import stop_on_signals
 from xlayer.text import clock_text, safe_text
+from xlayer.timeline.align import equal_delay_sentence
 
 
 def summary_text(an: Any, quiet: list[str] | None = None) -> str:
@@ -31,6 +32,9 @@ def summary_text(an: Any, quiet: list[str] | None = None) -> str:
             unc = c.get("uncertainty_us")
             lines.append(f"  clock of {t(c.get('file'))}: {t(status)}"
                          + (f" (uncertainty {unc:,.0f} us)" if isinstance(unc, (int, float)) else ""))
+    path = equal_delay_sentence(an.alignment)
+    if path:
+        lines.append(f"  {t(path)}")
     lines.append(f"flows ({len(an.flows)}):")
     for f in an.flows:
         st = f" to/from {t(f['station'])}" if f.get("station") else ""

@@ -38,6 +38,7 @@ import polars as pl
 from xlayer.attribution.causes import CAUSES
 from xlayer.attribution.incidents import Analysis, Incident
 from xlayer.text import NS, utc_text
+from xlayer.timeline.align import equal_delay_sentence
 
 MAX_POINTS = 20_000          # per glyph: the browser stays responsive, the page stays a few MB
 MAX_SERIES = 10              # lines per panel (largest first); the rest are named in a note
@@ -929,6 +930,9 @@ def _alignment_html(tl: Any) -> str:
     if doubt:
         head += ("<p><b>Not aligned well:</b> " + "; ".join(f"{esc(c.file)}: {esc(c.status)}" for c in doubt)
                  + ". Times of these captures may be off by the uncertainty shown.</p>")
+    path = equal_delay_sentence(al.as_json())
+    if path:
+        head += f"<p>{esc(path[0].upper() + path[1:])}.</p>"
     return head + _table(["file", "vantage", "clock", "offset (s)", "skew (ppm)", "skew std. error (ppm)", "matched",
                           "residual (µs)",
                           "uncertainty (µs)", "status", "method", "notes"], rows)

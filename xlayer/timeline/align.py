@@ -64,12 +64,15 @@ matched packets of that capture used for its clock's fit (reference captures: al
 `residual_us` is the RMS distance of the fitted packets from their lines, in microseconds.
 `envelope_points` counts the matched packets on the delay floors its clock's last link rests on (the
 unqueued ones), `uncertainty_us` how far off the offset may be (the links' uncertainties summed
-along the chain; 0 for the reference, None when unknown: overrides, unmatched), `confidence` maps it
+along the chain; 0 for the reference, None when unknown: overrides, unmatched), `equal_delay_us` how
+much of it is the assumption that a path's one-way delays are equal (two-way links between credible
+floors: a server across a WAN is its round trip's half away; `fit`), `confidence` maps the rest
 to 0..1 (0.5 at 100 us), `skew_se_ppm` is the skew's standard error (the fitted floors' slope
 errors, root-sum-square along the chain; 0 for the reference, None when the skew was not measured
 or was given: offset-only links, overrides, unmatched; a few hundred unqueued packets over a few
 seconds with 20 us stamp jitter measure a skew to about 1 ppm), and `status` says whether to trust
-it: "aligned"; "poor: <reason>" (the first link of the chain that is uncertain by more than 100 us,
+it: "aligned"; "poor: <reason>" (the first link of the chain that is uncertain by more than 100 us
+besides the equal-delay assumption,
 has no credible envelope either way, or whose envelopes cross; or packets seen one way only);
 "cannot align: <reason>" (unmatched: offset, skew and anchor are None).
 An air capture whose host stamps mark a frame's start rather than its end (unusual) says so with
@@ -204,6 +207,8 @@ class CaptureAlignment:
     status: str = "aligned"              # "aligned", "poor: <reason>" or "cannot align: <reason>"
     confidence: float | None = None      # 0..1 from the uncertainty (1 for the reference)
     uncertainty_us: float | None = None  # how far off the offset may be, summed along the chain
+    # of uncertainty_us, the links' equal-delay assumption (two-way fits between credible floors)
+    equal_delay_us: float | None = None
     envelope_points: int = 0             # matched packets on the delay floors of its clock's fit
     skew_se_ppm: float | None = None     # standard error of the skew, root-sum-square along the chain
 
@@ -227,7 +232,7 @@ class CaptureAlignment:
                 "skew_ppm": self.skew_ppm, "anchor_ts": self.anchor_ts, "matched": self.matched,
                 "residual_us": self.residual_us, "method": self.method, "status": self.status,
                 "confidence": self.confidence, "uncertainty_us": self.uncertainty_us,
-                "envelope_points": self.envelope_points, "skew_se_ppm": self.skew_se_ppm}
+                "equal_delay_us": self.equal_delay_us, "envelope_points": self.envelope_points, "skew_se_ppm": self.skew_se_ppm}
 
 
 @dataclass
@@ -611,7 +616,7 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
     info: dict[str, dict[str, Any]] = {}
     for c in known:
         info[c] = {"method": "override" if c in overrides else "reference", "via": None, "matched": {},
-                   "residual_us": None, "uncertainty_ns": 0.0, "status": "aligned", "n_floor": 0}
+                   "residual_us": None, "uncertainty_ns": 0.0, "path_ns": 0.0, "status": "aligned", "n_floor": 0}
     done: set[str] = set()
     # standard error of each chained clock's skew (the reference's and overrides' are taken as exact)
     skew_se: dict[str, float] = {c: 0.0 for c in known}
@@ -639,6 +644,7 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
                        "n_floor": fit.n_floor, "coverage_fwd": _r3(fit.coverage_fwd),
                        "coverage_rev": _r3(fit.coverage_rev),
                        "uncertainty_ns": info[pred]["uncertainty_ns"] + _uncertainty(fit),
+                       "path_ns": info[pred]["path_ns"] + fit.path_ns,
                        "status": _chain_status(fit, info[pred]["status"], pred, c),
                        "edge": {"offset_s": edge_map.offset_s, "skew_ppm": edge_map.skew_ppm,
                                 "anchor_ts": edge_map.anchor_ts}}
@@ -688,12 +694,14 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
                 method += f" (same clock as {first_of_clock[e.clock]})"
             notes.extend(inf.get("notes", []))
         unc = inf.get("uncertainty_ns")
+        path = inf.get("path_ns", 0.0)
         ours = method == "reference" or n > 0
         se = skew_se.get(e.clock, math.inf)
         out.append(CaptureAlignment(e.file, e.vantage, e.clock, e.kind, mp.offset_s, mp.skew_ppm, mp.anchor_ts,
                                     int(n), resid, method, notes, status=inf.get("status", "aligned"),
-                                    confidence=_confidence(unc),
+                                    confidence=_confidence(None if unc is None else unc - path),
                                     uncertainty_us=None if unc is None else round(unc / 1e3, 1),
+                                    equal_delay_us=None if unc is None else round(path / 1e3, 1),
                                     envelope_points=int(inf.get("n_floor", 0)) if ours else 0,
                                     skew_se_ppm=round(se * 1e6, 3) if math.isfinite(se) else None))
     clock_info = {}
@@ -708,6 +716,19 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
     return Alignment(ref_vantage, ref_clock, out, clock_info, seconds=time.perf_counter() - t0)
 
 
+def equal_delay_sentence(alignment: Mapping[str, Any]) -> str | None:
+    """Return the sentence naming the captures whose offsets rest on a path's equal one-way delays (more
+    than 100 us of it: a server across a WAN), None when none does; `alignment` as `Alignment.as_json`."""
+    far = [(c.get("file"), c.get("equal_delay_us")) for c in alignment.get("captures") or []
+           if isinstance(c.get("equal_delay_us"), (int, float)) and c["equal_delay_us"] > 100.0]
+    if not far:
+        return None
+    most = max(u for _, u in far)
+    return (f"clocks of {', '.join(str(f) for f, _ in far)}: aligned taking the path between them and "
+            f"{alignment.get('reference')} as equally long both ways (up to {most / 1e3:,.1f} ms each way; an "
+            f"asymmetric path moves their offsets by half the difference)")
+
+
 def _r3(v: float) -> float | None:
     return round(v, 3) if math.isfinite(v) else None
 
@@ -719,8 +740,18 @@ def _uncertainty(fit: fitm.ClockFit) -> float:
 
 
 def _edge_cost(fit: fitm.ClockFit) -> float:
-    """Return the cost (ns) of an edge for choosing chains: its uncertainty, plus 1 us a link."""
-    return _uncertainty(fit) + 1_000.0 + (1e5 if fit.offset_only else 0.0)
+    """Return the cost (ns) of an edge for choosing chains: its uncertainty, its bound counted twice,
+    plus 1 us a link.
+
+    A clock on the far side of a long path (a server across a WAN) crosses it in every chain, and each
+    crossing is uncertain by about half its round trip.  Where the floors both ways are credible that
+    is the equal-delay assumption, exact for a symmetric path; where one direction queued all along,
+    the offset lies midway between a floor and the other direction's lowest packets, a bound that is
+    off by half their least queueing even on a symmetric path (`ClockFit.bound_ns`).  Counted twice, it
+    makes the chain cross the path where the floors are credible (measured on ns-3 runs of the random
+    scenario: a sniffer's offset 16-25 us off through its own edge to the server, 4-11 us through the
+    AP's wired capture)."""
+    return _uncertainty(fit) + fit.bound_ns + 1_000.0 + (1e5 if fit.offset_only else 0.0)
 
 
 def _chain_status(fit: fitm.ClockFit, before: str, known: str, clock: str) -> str:
@@ -761,4 +792,4 @@ def _edge(known: str, unknown: str, ip_m: dict, fr_m: dict, clock_of: dict[str, 
     return e
 
 
-__all__ = ["Alignment", "CaptureAlignment", "ClockMap", "align_bundle", "to_reference_ns"]
+__all__ = ["Alignment", "CaptureAlignment", "ClockMap", "align_bundle", "equal_delay_sentence", "to_reference_ns"]

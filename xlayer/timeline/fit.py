@@ -47,7 +47,12 @@ theta from the two floors (`two_way`):
 
 Every fit reports an uncertainty (ns: the part above, plus the scatter of the envelope levels used
 and the skew's standard error times the distance to the farthest matched packet) and a status,
-"aligned" or "poor: <reason>" (beyond POOR_NS, envelopes that cross, no floor either way).
+"aligned" or "poor: <reason>" (beyond POOR_NS, envelopes that cross, no floor either way).  Of the
+uncertainty, the half gap between two credible floors (`path_ns`) is the assumption that the path's
+one-way delays are equal, which every two-way method makes (NTP's, PTP's): a server across a WAN is
+tens of milliseconds away both ways and its offset rests on it.  Where both floors are reached all
+along (PATH_COVERAGE of the windows), a note says so and it alone does not make the fit poor; floors
+reached only now and then may be the troughs of queues both ways, whose gap stays a poor fit's.
 """
 from __future__ import annotations
 
@@ -105,6 +110,12 @@ class ClockFit:
     coverage_fwd: float = math.nan     # share of time windows whose lowest point is on the floor
     coverage_rev: float = math.nan
     skew_se: float = math.inf          # standard error of s (inf: the skew was not measured)
+    # of uncertainty_ns, the half gap between two credible floors: the offset is exact if the one-way
+    # delays between the vantages are equal (NTP's assumption) and off by half their difference if not
+    path_ns: float = 0.0
+    # of uncertainty_ns, a bound even for equal one-way delays: one direction met a queue all along, and
+    # the offset lies midway between the other's floor and its lowest packets
+    bound_ns: float = 0.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,6 +234,9 @@ MAX_NS_PER_BYTE = 1_000.0
 PREFER_MAX_NS = 500_000.0
 # An offset this uncertain (ns) makes the fit "poor".
 POOR_NS = 100_000.0
+# Floors both ways reached in this share of the windows or more: their gap is the path's round trip,
+# the offset between them the equal-delay assumption (`ClockFit.path_ns`), not a poor fit.
+PATH_COVERAGE = 0.5
 
 
 @dataclass
@@ -448,6 +462,7 @@ def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig
     lo = -lo_m                                # theta >= reverse envelope
     half_gap = 0.5 * (hi - lo)
     jit = 2.0 * max(min(sig, JITTER_CAP_NS), SIGMA_FLOOR_NS)
+    path = bound = 0.0
     # Where a direction has no credible floor, its lowest points still bound theta (less the jitter).
     hi_x = min(hi, float(np.min(yf - b * xf)) + jit)
     lo_x = max(lo, float(np.max(yr - b * xr)) - jit)
@@ -463,15 +478,19 @@ def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig
     elif cf and cr:
         a, how = 0.5 * (hi + lo), ""
         unc_core = max(half_gap, 0.0)
+        # A path's floors are reached all along both ways; floors reached only now and then may be the
+        # troughs of queues that never drained, and their gap is no path.
+        if min(ff.coverage, fr.coverage) >= PATH_COVERAGE:
+            path = unc_core
     elif cf:
         a, how = 0.5 * (hi + lo_x), "forward"
-        unc_core = max(0.5 * (hi - lo_x), 0.0)
+        unc_core = bound = max(0.5 * (hi - lo_x), 0.0)
     elif cr:
         a, how = 0.5 * (hi_x + lo), "reverse"
-        unc_core = max(0.5 * (hi_x - lo), 0.0)
+        unc_core = bound = max(0.5 * (hi_x - lo), 0.0)
     else:
         a, how = 0.5 * (hi + lo), ""
-        unc_core = max(half_gap, 0.0)
+        unc_core = bound = max(half_gap, 0.0)
     res = np.concatenate([yf[kf] - hi - b * xf[kf], yr[kr] - lo - b * xr[kr]])
     # The level of each envelope used is known to its scatter over sqrt(points); the skew's error
     # grows with the distance from the points it rests on to the farthest matched packet.
@@ -487,7 +506,7 @@ def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig
                    residual_ns=float(np.sqrt(np.mean(res ** 2))) if len(res) else math.nan,
                    delay_ns=half_gap, offset_only=offset_only, uncertainty_ns=unc,
                    n_floor=int(kf.sum() + kr.sum()), coverage_fwd=ff.coverage, coverage_rev=fr.coverage,
-                   skew_se=math.inf if offset_only else se)
+                   skew_se=math.inf if offset_only else se, path_ns=path, bound_ns=bound)
     if how and not (cf and cr):
         other = "reverse" if how == "forward" else "forward"
         cov = fr.coverage if how == "forward" else ff.coverage
@@ -499,15 +518,19 @@ def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig
     if half_gap < -3 * max(ff.sigma, fr.sigma, SIGMA_FLOOR_NS):
         fit.notes.append(f"forward and reverse envelopes cross by {-2 * half_gap / 1e3:.1f} us")
         reasons.append(f"the two directions' envelopes cross by {-2 * half_gap / 1e3:.1f} us")
-    if unc > POOR_NS:
-        if cf and cr and not how and half_gap > POOR_NS:
-            why = f" (the floors both ways are {2 * half_gap / 1e3:.0f} us apart, their delays taken as equal)"
-        elif how and not (cf and cr) and unc_core > POOR_NS:
+    if path > POOR_NS:
+        fit.notes.append(f"offset midway between the floors both ways, {2 * path / 1e3:.0f} us apart: exact if "
+                         f"the one-way delays of that path are equal, off by half their difference if not")
+    # The equal-delay assumption is not a poor fit: every two-way method rests on it, and it is said above.
+    if unc - path > POOR_NS:
+        if how and not (cf and cr) and unc_core > POOR_NS:
             why = (f" (midway between the {how} floor and the queued direction's lowest packets, "
                    f"{2 * unc_core / 1e3:.0f} us apart)")
+        elif path > POOR_NS:
+            why = " besides the equal-delay assumption"
         else:
             why = ""
-        reasons.append(f"offset uncertain by {unc / 1e3:.0f} us{why}")
+        reasons.append(f"offset uncertain by {(unc - path) / 1e3:.0f} us{why}")
     if reasons:
         fit.status = "poor: " + "; ".join(reasons)
     return fit, lo, hi
