@@ -747,7 +747,8 @@ def _edge_cost(fit: fitm.ClockFit) -> float:
     crossing is uncertain by about half its round trip.  Where the floors both ways are credible that
     is the equal-delay assumption, exact for a symmetric path; where one direction queued all along,
     the offset lies midway between a floor and the other direction's lowest packets, a bound that is
-    off by half their least queueing even on a symmetric path (`ClockFit.bound_ns`).  Counted twice, it
+    off by half their least queueing even on a symmetric path, and where a floor is reached too seldom
+    to tell a path from a queue's troughs the midpoint is a bound too (`ClockFit.bound_ns`).  Counted twice, it
     makes the chain cross the path where the floors are credible (measured on ns-3 runs of the random
     scenario: a sniffer's offset 16-25 us off through its own edge to the server, 4-11 us through the
     AP's wired capture)."""

@@ -113,8 +113,9 @@ class ClockFit:
     # of uncertainty_ns, the half gap between two credible floors: the offset is exact if the one-way
     # delays between the vantages are equal (NTP's assumption) and off by half their difference if not
     path_ns: float = 0.0
-    # of uncertainty_ns, a bound even for equal one-way delays: one direction met a queue all along, and
-    # the offset lies midway between the other's floor and its lowest packets
+    # of uncertainty_ns, a bound even for equal one-way delays: one direction met a queue all along (the
+    # offset midway between the other's floor and its lowest packets), or a floor is reached too seldom
+    # to tell a path from a queue's troughs
     bound_ns: float = 0.0
 
 
@@ -479,9 +480,11 @@ def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig
         a, how = 0.5 * (hi + lo), ""
         unc_core = max(half_gap, 0.0)
         # A path's floors are reached all along both ways; floors reached only now and then may be the
-        # troughs of queues that never drained, and their gap is no path.
+        # troughs of queues that never drained, and their gap is a bound, not a path.
         if min(ff.coverage, fr.coverage) >= PATH_COVERAGE:
             path = unc_core
+        else:
+            bound = unc_core
     elif cf:
         a, how = 0.5 * (hi + lo_x), "forward"
         unc_core = bound = max(0.5 * (hi - lo_x), 0.0)
