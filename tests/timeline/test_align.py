@@ -677,3 +677,26 @@ def test_the_skew_error_is_within_its_standard_errors(tmp_path: Path, seed: int)
     assert abs(c.skew_ppm - clock.skew_ppm) <= 4.0 * se, (c.skew_ppm, clock.skew_ppm, se)
     ref = align_bundle(tmp_path / "b").capture("server.pcap")
     assert ref.skew_se_ppm == 0.0
+
+
+def test_a_server_across_a_wan_and_a_queue_that_never_drains() -> None:
+    """Random scenario 1360: the server 69 ms away each way, one station walking off with RTS/CTS, the
+    AP's downlink queued most of the run.  The sniffer's own edge to the server is a bound (its
+    downlink met the queue nearly all along); the AP's wired capture sees the server with credible
+    floors both ways.  The sniffer's offset crosses the WAN there (it was 16-25 us off through its own
+    edge on such runs), its skew comes from its own edge's floor, and no capture is called poor for the
+    WAN's equal-delay assumption, which is said as such."""
+    from tests.helpers.common import sim_bundle
+
+    d = sim_bundle("random", 1360)
+    al, report = sim_errors(d)
+    print(f"\nrandom 1360: {report}\n{al.table()}")
+    for f, (err, skew_err, _) in report.items():
+        assert err <= 100.0 and skew_err <= 2.0, (f, err, skew_err, al.table())
+    sn = al.capture("sniffer.pcap")
+    assert sn.method.endswith("via ap"), al.table()
+    assert any(n.startswith("skew from the chain server - sniffer,") for n in sn.notes), sn.notes
+    for c in al.captures:
+        assert c.status == "aligned", al.table()
+        if c.vantage in ("sniffer", "ap_wired", "client"):
+            assert 60_000 < c.equal_delay_us < c.uncertainty_us < c.equal_delay_us + 100, c

@@ -544,6 +544,7 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
                 by_clocks.setdefault(cp, []).append((fa, fb))
     matched_any: dict[str, int] = {}
     adj: dict[str, list[tuple[str, float]]] = {c: [] for c in sorted({e.clock for e in bundle.captures})}
+    adj_skew: dict[str, list[tuple[str, float]]] = {c: [] for c in adj}
     edge_fits: dict[tuple[str, str], tuple[fitm.ClockFit, int, dict[str, int]]] = {}
     for (ca, cb), fpairs in by_clocks.items():
         ip_m: dict[tuple[str, str], pl.DataFrame] = {}
@@ -592,6 +593,9 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
         cost = _edge_cost(res[0])
         adj.setdefault(ca, []).append((cb, cost))
         adj.setdefault(cb, []).append((ca, cost))
+        cost = _skew_cost(res[0])
+        adj_skew.setdefault(ca, []).append((cb, cost))
+        adj_skew.setdefault(cb, []).append((ca, cost))
 
     for o in obs.values():                # only their counts are wanted from here on
         o.ip, o.fr, o.sz, o.wired_sz = o.ip.clear(), None, None, None
@@ -625,12 +629,7 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
         if c in done:
             continue
         if pred:
-            if (pred, c) in edge_fits:            # fitted on c's time: c -> pred directly
-                fit, anchor, per_file = edge_fits[(pred, c)]
-                edge_map = ClockMap(anchor, fit.a, fit.s)
-            else:                                 # fitted on pred's time (pred -> c): invert it
-                fit, anchor, per_file = edge_fits[(c, pred)]
-                edge_map = ClockMap(anchor, fit.a, fit.s).inverse()
+            fit, edge_map, per_file = _edge_map(edge_fits, pred, c)
             m_c = edge_map.compose(maps[pred])
             maps[c] = m_c.reanchor(int(round(m_c.anchor_ns / NS)) * NS)     # a whole second
             skew_se[c] = math.hypot(skew_se.get(pred, 0.0), fit.skew_se)
@@ -652,6 +651,35 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
         for nb, w in adj.get(c, []):
             if nb not in done and nb not in known:
                 heapq.heappush(heap, (d + w, nb, c))
+
+    # The skew from its own chains: a bound in an offset says nothing of the floors' slopes.
+    heap = [(0.0 if c == ref_clock else OVERRIDE_COST_NS, c, "") for c in known]
+    heapq.heapify(heap)
+    sk_maps: dict[str, ClockMap] = dict(known)
+    sk_via: dict[str, str] = {}
+    sk_se: dict[str, float] = {c: 0.0 for c in known}
+    done_sk: set[str] = set()
+    while heap:
+        d, c, pred = heapq.heappop(heap)
+        if c in done_sk:
+            continue
+        if pred:
+            fit, edge_map, _ = _edge_map(edge_fits, pred, c)
+            sk_maps[c] = edge_map.compose(sk_maps[pred])
+            sk_se[c] = math.hypot(sk_se.get(pred, 0.0), fit.skew_se)
+            sk_via[c] = pred
+        done_sk.add(c)
+        for nb, w in adj_skew.get(c, []):
+            if nb not in done_sk and nb not in known:
+                heapq.heappush(heap, (d + w, nb, c))
+    off_via = {k: v["via"] for k, v in info.items() if v.get("via")}
+    for c in sk_via:
+        if c in off_via and _chain(sk_via, c) != _chain(off_via, c):
+            m = maps[c]
+            maps[c] = ClockMap(m.anchor_ns, m.a_ns, sk_maps[c].s)
+            skew_se[c] = sk_se[c]
+            info[c]["notes"].append(f"skew from the chain {' - '.join(reversed(_chain(sk_via, c)))}, offset from "
+                                    f"{' - '.join(reversed(_chain(off_via, c)))}")
 
     # Per capture.
     first_of_clock: dict[str, str] = {}
@@ -753,6 +781,29 @@ def _edge_cost(fit: fitm.ClockFit) -> float:
     scenario: a sniffer's offset 16-25 us off through its own edge to the server, 4-11 us through the
     AP's wired capture)."""
     return _uncertainty(fit) + fit.bound_ns + 1_000.0 + (1e5 if fit.offset_only else 0.0)
+
+
+def _skew_cost(fit: fitm.ClockFit) -> float:
+    """Return the cost (ns) of an edge for choosing the chain of a clock's skew: its uncertainty plus
+    1 us a link (a bound in its offset does not count twice: its credible floor gives the slope)."""
+    return _uncertainty(fit) + 1_000.0 + (1e5 if fit.offset_only else 0.0)
+
+
+def _edge_map(edge_fits: dict, pred: str, c: str) -> tuple[fitm.ClockFit, ClockMap, dict[str, int]]:
+    """Return the fit between clocks `pred` and `c`, the map of c against pred, and the matches per file."""
+    if (pred, c) in edge_fits:                  # fitted on c's time: c -> pred directly
+        fit, anchor, per_file = edge_fits[(pred, c)]
+        return fit, ClockMap(anchor, fit.a, fit.s), per_file
+    fit, anchor, per_file = edge_fits[(c, pred)]    # fitted on pred's time (pred -> c): invert it
+    return fit, ClockMap(anchor, fit.a, fit.s).inverse(), per_file
+
+
+def _chain(via: Mapping[str, str], c: str) -> list[str]:
+    """Return the clocks from `c` back to the start of its chain (`via`: each clock's predecessor)."""
+    out = [c]
+    while out[-1] in via and len(out) <= len(via):
+        out.append(via[out[-1]])
+    return out
 
 
 def _chain_status(fit: fitm.ClockFit, before: str, known: str, clock: str) -> str:
