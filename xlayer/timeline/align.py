@@ -611,67 +611,44 @@ def align_bundle(bundle: Bundle | str | os.PathLike, reference: str | None = Non
         known[ref_clock] = overrides.get(ref_clock, ClockMap.identity())
     known.update(overrides)
     clocks = sorted({e.clock for e in bundle.captures})
-    # Dijkstra from every known clock at once; failed fits are skipped and the next path tried.
     # Overridden clocks can anchor chains, but start 100 us behind the reference: a chain through a
     # hand-written override is taken only where it is clearly better than any path from the reference.
-    heap = [(0.0 if c == ref_clock else OVERRIDE_COST_NS, c, "") for c in known]
-    heapq.heapify(heap)
     maps: dict[str, ClockMap] = dict(known)
     info: dict[str, dict[str, Any]] = {}
     for c in known:
         info[c] = {"method": "override" if c in overrides else "reference", "via": None, "matched": {},
                    "residual_us": None, "uncertainty_ns": 0.0, "path_ns": 0.0, "status": "aligned", "n_floor": 0}
-    done: set[str] = set()
     # standard error of each chained clock's skew (the reference's and overrides' are taken as exact)
     skew_se: dict[str, float] = {c: 0.0 for c in known}
-    while heap:
-        d, c, pred = heapq.heappop(heap)
-        if c in done:
-            continue
-        if pred:
-            fit, edge_map, per_file = _edge_map(edge_fits, pred, c)
-            m_c = edge_map.compose(maps[pred])
-            maps[c] = m_c.reanchor(int(round(m_c.anchor_ns / NS)) * NS)     # a whole second
-            skew_se[c] = math.hypot(skew_se.get(pred, 0.0), fit.skew_se)
-            method = fit.method + (" offset-only" if fit.offset_only else "")
-            if pred != ref_clock:
-                method += f" via {pred}"
-            info[c] = {"method": method, "via": pred, "matched": per_file,
-                       "residual_us": round(fit.residual_ns / 1e3, 3) if math.isfinite(fit.residual_ns) else None,
-                       "delay_us": round(fit.delay_ns / 1e3, 3) if math.isfinite(fit.delay_ns) else None,
-                       "n": fit.n, "n_fwd": fit.n_fwd, "n_rev": fit.n_rev, "notes": list(fit.notes),
-                       "n_floor": fit.n_floor, "coverage_fwd": _r3(fit.coverage_fwd),
-                       "coverage_rev": _r3(fit.coverage_rev),
-                       "uncertainty_ns": info[pred]["uncertainty_ns"] + _uncertainty(fit),
-                       "path_ns": info[pred]["path_ns"] + fit.path_ns,
-                       "status": _chain_status(fit, info[pred]["status"], pred, c),
-                       "edge": {"offset_s": edge_map.offset_s, "skew_ppm": edge_map.skew_ppm,
-                                "anchor_ts": edge_map.anchor_ts}}
-        done.add(c)
-        for nb, w in adj.get(c, []):
-            if nb not in done and nb not in known:
-                heapq.heappush(heap, (d + w, nb, c))
+    for c, pred in _chains(adj, known, ref_clock):
+        fit, edge_map, per_file = _edge_map(edge_fits, pred, c)
+        m_c = edge_map.compose(maps[pred])
+        maps[c] = m_c.reanchor(int(round(m_c.anchor_ns / NS)) * NS)     # a whole second
+        skew_se[c] = math.hypot(skew_se.get(pred, 0.0), fit.skew_se)
+        method = fit.method + (" offset-only" if fit.offset_only else "")
+        if pred != ref_clock:
+            method += f" via {pred}"
+        info[c] = {"method": method, "via": pred, "matched": per_file,
+                   "residual_us": round(fit.residual_ns / 1e3, 3) if math.isfinite(fit.residual_ns) else None,
+                   "delay_us": round(fit.delay_ns / 1e3, 3) if math.isfinite(fit.delay_ns) else None,
+                   "n": fit.n, "n_fwd": fit.n_fwd, "n_rev": fit.n_rev, "notes": list(fit.notes),
+                   "n_floor": fit.n_floor, "coverage_fwd": _r3(fit.coverage_fwd),
+                   "coverage_rev": _r3(fit.coverage_rev),
+                   "uncertainty_ns": info[pred]["uncertainty_ns"] + _uncertainty(fit),
+                   "path_ns": info[pred]["path_ns"] + fit.path_ns,
+                   "status": _chain_status(fit, info[pred]["status"], pred, c),
+                   "edge": {"offset_s": edge_map.offset_s, "skew_ppm": edge_map.skew_ppm,
+                            "anchor_ts": edge_map.anchor_ts}}
 
     # The skew from its own chains: a bound in an offset says nothing of the floors' slopes.
-    heap = [(0.0 if c == ref_clock else OVERRIDE_COST_NS, c, "") for c in known]
-    heapq.heapify(heap)
     sk_maps: dict[str, ClockMap] = dict(known)
     sk_via: dict[str, str] = {}
     sk_se: dict[str, float] = {c: 0.0 for c in known}
-    done_sk: set[str] = set()
-    while heap:
-        d, c, pred = heapq.heappop(heap)
-        if c in done_sk:
-            continue
-        if pred:
-            fit, edge_map, _ = _edge_map(edge_fits, pred, c)
-            sk_maps[c] = edge_map.compose(sk_maps[pred])
-            sk_se[c] = math.hypot(sk_se.get(pred, 0.0), fit.skew_se)
-            sk_via[c] = pred
-        done_sk.add(c)
-        for nb, w in adj_skew.get(c, []):
-            if nb not in done_sk and nb not in known:
-                heapq.heappush(heap, (d + w, nb, c))
+    for c, pred in _chains(adj_skew, known, ref_clock):
+        fit, edge_map, _ = _edge_map(edge_fits, pred, c)
+        sk_maps[c] = edge_map.compose(sk_maps[pred])
+        sk_se[c] = math.hypot(sk_se.get(pred, 0.0), fit.skew_se)
+        sk_via[c] = pred
     off_via = {k: v["via"] for k, v in info.items() if v.get("via")}
     for c in sk_via:
         if c in off_via and _chain(sk_via, c) != _chain(off_via, c):
@@ -781,6 +758,27 @@ def _edge_cost(fit: fitm.ClockFit) -> float:
     scenario: a sniffer's offset 16-25 us off through its own edge to the server, 4-11 us through the
     AP's wired capture)."""
     return _uncertainty(fit) + fit.bound_ns + 1_000.0 + (1e5 if fit.offset_only else 0.0)
+
+
+def _chains(adj: Mapping[str, list[tuple[str, float]]], known: Mapping[str, ClockMap],
+            ref_clock: str | None) -> list[tuple[str, str]]:
+    """Return (clock, predecessor) of every clock a chain reaches, in the order Dijkstra settles them
+    from every known clock at once (the reference at 0, overrides OVERRIDE_COST_NS behind it)."""
+    heap = [(0.0 if c == ref_clock else OVERRIDE_COST_NS, c, "") for c in known]
+    heapq.heapify(heap)
+    done: set[str] = set()
+    order = []
+    while heap:
+        d, c, pred = heapq.heappop(heap)
+        if c in done:
+            continue
+        done.add(c)
+        if pred:
+            order.append((c, pred))
+        for nb, w in adj.get(c, []):
+            if nb not in done and nb not in known:
+                heapq.heappush(heap, (d + w, nb, c))
+    return order
 
 
 def _skew_cost(fit: fitm.ClockFit) -> float:
