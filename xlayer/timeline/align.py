@@ -205,7 +205,7 @@ class CaptureAlignment:
     method: str
     notes: list[str] = field(default_factory=list)
     status: str = "aligned"              # "aligned", "poor: <reason>" or "cannot align: <reason>"
-    confidence: float | None = None      # 0..1 from the uncertainty (1 for the reference)
+    confidence: float | None = None      # 0..1 from the uncertainty less equal_delay_us (1 for the reference)
     uncertainty_us: float | None = None  # how far off the offset may be, summed along the chain
     # of uncertainty_us, the links' equal-delay assumption (two-way fits between credible floors)
     equal_delay_us: float | None = None
@@ -232,7 +232,8 @@ class CaptureAlignment:
                 "skew_ppm": self.skew_ppm, "anchor_ts": self.anchor_ts, "matched": self.matched,
                 "residual_us": self.residual_us, "method": self.method, "status": self.status,
                 "confidence": self.confidence, "uncertainty_us": self.uncertainty_us,
-                "equal_delay_us": self.equal_delay_us, "envelope_points": self.envelope_points, "skew_se_ppm": self.skew_se_ppm}
+                "equal_delay_us": self.equal_delay_us, "envelope_points": self.envelope_points,
+                "skew_se_ppm": self.skew_se_ppm}
 
 
 @dataclass
@@ -753,11 +754,11 @@ def _edge_cost(fit: fitm.ClockFit) -> float:
     is the equal-delay assumption, exact for a symmetric path; where one direction queued all along,
     the offset lies midway between a floor and the other direction's lowest packets, a bound that is
     off by half their least queueing even on a symmetric path, and where a floor is reached too seldom
-    to tell a path from a queue's troughs the midpoint is a bound too (`ClockFit.bound_ns`).  Counted twice, it
-    makes the chain cross the path where the floors are credible (measured on ns-3 runs of the random
-    scenario: a sniffer's offset 16-25 us off through its own edge to the server, 4-11 us through the
-    AP's wired capture)."""
-    return _uncertainty(fit) + fit.bound_ns + 1_000.0 + (1e5 if fit.offset_only else 0.0)
+    to tell a path from a queue's troughs the midpoint is a bound too (`ClockFit.bound_ns`).  Counted
+    twice, it makes the chain cross the path where the floors are credible (measured on ns-3 runs of
+    the random scenario: a sniffer's offset 16-25 us off through its own edge to the server, 4-11 us
+    through the AP's wired capture)."""
+    return _skew_cost(fit) + fit.bound_ns
 
 
 def _chains(adj: Mapping[str, list[tuple[str, float]]], known: Mapping[str, ClockMap],

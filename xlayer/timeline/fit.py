@@ -529,6 +529,8 @@ def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig
         if how and not (cf and cr) and unc_core > POOR_NS:
             why = (f" (midway between the {how} floor and the queued direction's lowest packets, "
                    f"{2 * unc_core / 1e3:.0f} us apart)")
+        elif cf and cr and not how and bound > POOR_NS:
+            why = f" (midway between floors both ways reached only now and then, {2 * bound / 1e3:.0f} us apart)"
         elif path > POOR_NS:
             why = " besides the equal-delay assumption"
         else:
