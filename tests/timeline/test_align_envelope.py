@@ -148,6 +148,20 @@ def test_a_path_of_tens_of_milliseconds_is_the_equal_delay_assumption_not_a_poor
     assert off * 1e3 <= fit.uncertainty_ns and fit.uncertainty_ns - fit.path_ns <= fitm.POOR_NS
 
 
+def test_a_gap_across_the_air_is_a_bound_not_a_path() -> None:
+    """The same floors both ways, but one side is an air capture: into the air a frame waits for the
+    medium and its aggregate, out of it not, so the gap is no path with equal delays (802.11ax run
+    1164: a station's capture 5.5 ms of floors apart from the sniffer, its midpoint 2.8 ms off).  The
+    midpoint stays, as a bound: the status says poor and a chain avoids the link where it can."""
+    xf, yf, xr, yr, _ = _wan_table(3, 3.0, 0.2)
+    wired = fitm.two_way(xf, yf, xr, yr)
+    air = fitm.two_way(xf, yf, xr, yr, air=True)
+    assert wired.a == air.a and wired.s == air.s and wired.uncertainty_ns == air.uncertainty_ns
+    assert wired.path_ns > 1.5e6 and wired.bound_ns == 0.0 and wired.status == "aligned"
+    assert air.path_ns == 0.0 and air.bound_ns == wired.path_ns
+    assert air.status.startswith("poor: offset uncertain by"), air.status
+
+
 def test_a_chain_crosses_a_long_path_where_both_floors_are_credible_not_on_a_bound() -> None:
     """Two links cross the same 20 ms path: one whose far direction queued all along (its offset lies
     midway between the reverse floor and the queued side's lowest packets: a bound, off by half their

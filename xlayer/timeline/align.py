@@ -66,7 +66,7 @@ matched packets of that capture used for its clock's fit (reference captures: al
 unqueued ones), `uncertainty_us` how far off the offset may be (the links' uncertainties summed
 along the chain; 0 for the reference, None when unknown: overrides, unmatched), `equal_delay_us` how
 much of it is the assumption that a path's one-way delays are equal (two-way links between credible
-floors: a server across a WAN is its round trip's half away; `fit`), `confidence` maps the rest
+floors, neither side an air capture: a server across a WAN is its round trip's half away; `fit`), `confidence` maps the rest
 to 0..1 (0.5 at 100 us), `skew_se_ppm` is the skew's standard error (the fitted floors' slope
 errors, root-sum-square along the chain; 0 for the reference, None when the skew was not measured
 or was given: offset-only links, overrides, unmatched; a few hundred unqueued packets over a few
@@ -349,6 +349,7 @@ def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False,
     # Serialization is in a wired edge's delays (stamps at a frame's two ends); an air frame's
     # airtime is already taken out by its stamps (xlayer.timeline.match).
     wired = bool(kinds) and all(kinds.get(kf) != "air" and kinds.get(uf) != "air" for kf, uf, _ in ips)
+    air = bool(kinds) and not wired
     if n_fr >= max(min_matches, MIN_SIMULTANEOUS) or (n_fr >= min_matches and n_ip < min_matches):
         tK = np.concatenate([d["tK"].to_numpy() for _, _, d in frs])
         tU = np.concatenate([d["tU"].to_numpy() for _, _, d in frs])
@@ -407,7 +408,8 @@ def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False,
     xr, yr, sr = arr(xy, -1)
     del xy
     if len(xf) >= 2 and len(xr) >= 2:
-        fit = fitm.two_way(xf, yf, xr, yr, prefer, sizes=(sf, sr) if wired else (None, None))
+        fit = fitm.two_way(xf, yf, xr, yr, prefer, sizes=(sf, sr) if wired else (None, None),
+                             air=air)
         if unk.height:
             # Host pairs seen one way only: their side of the fitted line says their direction.
             unk = unk.with_columns((pl.col("y0") - (fit.a + fit.s * pl.col("x"))).alias("r"))
@@ -421,7 +423,8 @@ def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False,
             yr = np.concatenate([yr, (dn["tUe"] - dn["tKs"]).cast(pl.Float64).to_numpy()])
             sf = None if sf is None or up["len"].null_count() else np.concatenate([sf, up["len"].to_numpy()])
             sr = None if sr is None or dn["len"].null_count() else np.concatenate([sr, dn["len"].to_numpy()])
-            fit = fitm.two_way(xf, yf, xr, yr, prefer, sizes=(sf, sr) if wired else (None, None))
+            fit = fitm.two_way(xf, yf, xr, yr, prefer, sizes=(sf, sr) if wired else (None, None),
+                             air=air)
         fit.method = "two-way:size" if size_only else "two-way:ip"
     elif len(xf) + len(xr) >= max(min_matches, 2) and (len(xf) < 2 or len(xr) < 2) and (len(xf) or len(xr)):
         fwd = len(xf) >= len(xr)

@@ -51,8 +51,10 @@ and the skew's standard error times the distance to the farthest matched packet)
 uncertainty, the half gap between two credible floors (`path_ns`) is the assumption that the path's
 one-way delays are equal, which every two-way method makes (NTP's, PTP's): a server across a WAN is
 tens of milliseconds away both ways and its offset rests on it.  Where both floors are reached all
-along (PATH_COVERAGE of the windows), a note says so and it alone does not make the fit poor; floors
-reached only now and then may be the troughs of queues both ways, whose gap stays a poor fit's.
+along (PATH_COVERAGE of the windows) and neither side is an air capture, a note says so and it alone
+does not make the fit poor; floors reached only now and then may be the troughs of queues both ways,
+and a gap across the air holds the medium access (a frame into the air waits for it, one out of it
+does not): those gaps stay a poor fit's.
 """
 from __future__ import annotations
 
@@ -383,13 +385,15 @@ def _size_term(x: np.ndarray, y: np.ndarray, size: np.ndarray | None, sig: float
 
 
 def two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, prefer: str | None = None,
-            sizes: tuple[np.ndarray | None, np.ndarray | None] = (None, None)) -> ClockFit:
+            sizes: tuple[np.ndarray | None, np.ndarray | None] = (None, None), air: bool = False) -> ClockFit:
     """Fit theta from forward points (above it) and reverse points (below it): see the module docstring.
 
     prefer: "forward" or "reverse", the direction whose unqueued delay is about 0 (out of the air:
     a frame's end at a sniffer to a host's stamp) and whose credible floor then gives the offset.
     sizes: the packets' IP lengths per direction (or None): a floor that grows with the size is
     taken back to the direction's smallest packet (`_size_term`).
+    air: one side is an air capture; the floors' gap then holds the medium access, which differs by
+    direction, and is a bound (`ClockFit.bound_ns`), never the equal-delay assumption of a path.
     A forward point below the reverse envelope (or a reverse one above the forward envelope) by more
     than the jitter allows would mean a negative delay: a wrong match, as matching by size and order
     can make.  Such points are dropped and the fit redone.
@@ -408,7 +412,7 @@ def two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, pref
         yr = yr + kr * (sr - sr.min())
     dropped, depth = 0, 0.0
     for _ in range(12):
-        fit, lo, hi = _two_way(xf, yf, xr, yr, sig, prefer)
+        fit, lo, hi = _two_way(xf, yf, xr, yr, sig, prefer, air)
         # forward points cannot lie below the reverse envelope, nor reverse ones above the forward one
         below = lo + fit.s * xf - yf
         above = yr - hi - fit.s * xr
@@ -434,7 +438,7 @@ def two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, pref
 
 
 def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig: float,
-             prefer: str | None = None) -> tuple[ClockFit, float, float]:
+             prefer: str | None = None, air: bool = False) -> tuple[ClockFit, float, float]:
     """Return the fit and the two bounds of theta at x = 0 (reverse envelope, forward envelope)."""
     ff = floor_fit(xf, yf, sig)
     fr = floor_fit(xr, -yr, sig)              # the reverse upper envelope, mirrored
@@ -480,8 +484,9 @@ def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig
         a, how = 0.5 * (hi + lo), ""
         unc_core = max(half_gap, 0.0)
         # A path's floors are reached all along both ways; floors reached only now and then may be the
-        # troughs of queues that never drained, and their gap is a bound, not a path.
-        if min(ff.coverage, fr.coverage) >= PATH_COVERAGE:
+        # troughs of queues that never drained, and their gap is a bound, not a path.  So is the gap
+        # across the air: into it a frame waits for the medium (and its aggregate), out of it not.
+        if not air and min(ff.coverage, fr.coverage) >= PATH_COVERAGE:
             path = unc_core
         else:
             bound = unc_core
