@@ -162,6 +162,28 @@ def test_a_gap_across_the_air_is_a_bound_not_a_path() -> None:
     assert air.status.startswith("poor: offset uncertain by"), air.status
 
 
+def test_envelopes_that_cross_are_uncertain_by_how_far_they_cross() -> None:
+    """Matches whose forward floor lies 10 ms below the reverse one (a negative delay: wrong matches, as
+    802.11ax run 1189's sniffer edges had, crossing by 42 ms): the midpoint is no better than that.
+    Its uncertainty was the half gap floored at 0, about 50 us, so a chain took the link and put a
+    capture 15 ms off; it is now at least half the crossing."""
+    xf, yf, xr, yr, _ = _wan_table(5, -5.0, -5.0)
+    fit = fitm.two_way(xf, yf, xr, yr)
+    assert "envelopes cross by" in fit.status, fit.status
+    assert fit.uncertainty_ns >= 4.9e6, fit.uncertainty_ns
+
+
+def test_a_skew_that_was_not_measured_is_taken_only_where_no_measured_one_exists() -> None:
+    """An offset-only link (its skew taken as 0) with a tight offset against a link across a WAN whose
+    offset is 50 ms uncertain but whose skew was measured: a clock's skew comes through the second."""
+    from xlayer.timeline.align import _skew_cost
+
+    oo = fitm.ClockFit(a=0.0, s=0.0, method="two-way", n=100, offset_only=True, uncertainty_ns=50e3)
+    wan = fitm.ClockFit(a=0.0, s=3e-6, method="two-way", n=5000, uncertainty_ns=50e6, skew_se=1e-7, path_ns=50e6)
+    assert _skew_cost(wan) < _skew_cost(oo)
+    assert _skew_cost(oo) + _skew_cost(wan) < 2 * _skew_cost(oo)      # still a chain where it is the only one
+
+
 def test_a_chain_crosses_a_long_path_where_both_floors_are_credible_not_on_a_bound() -> None:
     """Two links cross the same 20 ms path: one whose far direction queued all along (its offset lies
     midway between the reverse floor and the queued side's lowest packets: a bound, off by half their

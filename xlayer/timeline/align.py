@@ -99,6 +99,8 @@ from xlayer.text import NS
 MIN_SIMULTANEOUS = 20
 MAX_PARTNERS = 8
 OVERRIDE_COST_NS = 100_000.0
+# An edge whose skew could not be measured gives a chain its skew (0) only where no other chain does.
+OFFSET_ONLY_SKEW_COST_NS = 1e15
 
 
 # ---------------------------------------------------------------------------------------------
@@ -748,6 +750,11 @@ def _uncertainty(fit: fitm.ClockFit) -> float:
     return float(u) if math.isfinite(u) else 1e6
 
 
+def _link_cost(fit: fitm.ClockFit) -> float:
+    """Return an edge's uncertainty (ns) plus 1 us: the part of a chain's cost every link pays."""
+    return _uncertainty(fit) + 1_000.0
+
+
 def _edge_cost(fit: fitm.ClockFit) -> float:
     """Return the cost (ns) of an edge for choosing chains: its uncertainty, its bound counted twice,
     plus 1 us a link.
@@ -761,7 +768,7 @@ def _edge_cost(fit: fitm.ClockFit) -> float:
     twice, it makes the chain cross the path where the floors are credible (measured on ns-3 runs of
     the random scenario: a sniffer's offset 16-25 us off through its own edge to the server, 4-11 us
     through the AP's wired capture)."""
-    return _skew_cost(fit) + fit.bound_ns
+    return _link_cost(fit) + (1e5 if fit.offset_only else 0.0) + fit.bound_ns
 
 
 def _chains(adj: Mapping[str, list[tuple[str, float]]], known: Mapping[str, ClockMap],
@@ -787,8 +794,9 @@ def _chains(adj: Mapping[str, list[tuple[str, float]]], known: Mapping[str, Cloc
 
 def _skew_cost(fit: fitm.ClockFit) -> float:
     """Return the cost (ns) of an edge for choosing the chain of a clock's skew: its uncertainty plus
-    1 us a link (a bound in its offset does not count twice: its credible floor gives the slope)."""
-    return _uncertainty(fit) + 1_000.0 + (1e5 if fit.offset_only else 0.0)
+    1 us a link (a bound in its offset does not count twice: its credible floor gives the slope); an
+    edge whose skew was not measured (offset only: taken as 0) only where no measured chain exists."""
+    return _link_cost(fit) + (OFFSET_ONLY_SKEW_COST_NS if fit.offset_only else 0.0)
 
 
 def _edge_map(edge_fits: dict, pred: str, c: str) -> tuple[fitm.ClockFit, ClockMap, dict[str, int]]:

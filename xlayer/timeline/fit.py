@@ -482,7 +482,8 @@ def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig
         unc_core = ONE_SIDED_NS
     elif cf and cr:
         a, how = 0.5 * (hi + lo), ""
-        unc_core = max(half_gap, 0.0)
+        # envelopes that cross by X put the offset anywhere within X of the midpoint, not exactly on it
+        unc_core = abs(half_gap)
         # A path's floors are reached all along both ways; floors reached only now and then may be the
         # troughs of queues that never drained, and their gap is a bound, not a path.  So is the gap
         # across the air: into it a frame waits for the medium (and its aggregate), out of it not.
@@ -498,7 +499,7 @@ def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig
         unc_core = bound = max(0.5 * (hi_x - lo), 0.0)
     else:
         a, how = 0.5 * (hi + lo), ""
-        unc_core = bound = max(half_gap, 0.0)
+        unc_core = bound = abs(half_gap)
     res = np.concatenate([yf[kf] - hi - b * xf[kf], yr[kr] - lo - b * xr[kr]])
     # The level of each envelope used is known to its scatter over sqrt(points); the skew's error
     # grows with the distance from the points it rests on to the farthest matched packet.
