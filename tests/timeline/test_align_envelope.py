@@ -171,6 +171,7 @@ def test_envelopes_that_cross_are_uncertain_by_how_far_they_cross() -> None:
     fit = fitm.two_way(xf, yf, xr, yr)
     assert "envelopes cross by" in fit.status, fit.status
     assert fit.uncertainty_ns >= 4.9e6, fit.uncertainty_ns
+    assert fit.path_ns == 0.0 and fit.bound_ns >= 4.9e6       # a crossing is no path's round trip
 
 
 def test_a_skew_that_was_not_measured_is_taken_only_where_no_measured_one_exists() -> None:

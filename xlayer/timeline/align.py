@@ -66,8 +66,8 @@ matched packets of that capture used for its clock's fit (reference captures: al
 unqueued ones), `uncertainty_us` how far off the offset may be (the links' uncertainties summed
 along the chain; 0 for the reference, None when unknown: overrides, unmatched), `equal_delay_us` how
 much of it is the assumption that a path's one-way delays are equal (two-way links between credible
-floors, neither side an air capture: a server across a WAN is its round trip's half away; `fit`), `confidence` maps the rest
-to 0..1 (0.5 at 100 us), `skew_se_ppm` is the skew's standard error (the fitted floors' slope
+floors, neither side an air capture: a server across a WAN is its round trip's half away; `fit`),
+`confidence` maps the rest to 0..1 (0.5 at 100 us), `skew_se_ppm` is the skew's standard error (the fitted floors' slope
 errors, root-sum-square along the chain; 0 for the reference, None when the skew was not measured
 or was given: offset-only links, overrides, unmatched; a few hundred unqueued packets over a few
 seconds with 20 us stamp jitter measure a skew to about 1 ppm), and `status` says whether to trust
@@ -410,8 +410,7 @@ def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False,
     xr, yr, sr = arr(xy, -1)
     del xy
     if len(xf) >= 2 and len(xr) >= 2:
-        fit = fitm.two_way(xf, yf, xr, yr, prefer, sizes=(sf, sr) if wired else (None, None),
-                             air=air)
+        fit = fitm.two_way(xf, yf, xr, yr, prefer, sizes=(sf, sr) if wired else (None, None), air=air)
         if unk.height:
             # Host pairs seen one way only: their side of the fitted line says their direction.
             unk = unk.with_columns((pl.col("y0") - (fit.a + fit.s * pl.col("x"))).alias("r"))
@@ -425,8 +424,7 @@ def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False,
             yr = np.concatenate([yr, (dn["tUe"] - dn["tKs"]).cast(pl.Float64).to_numpy()])
             sf = None if sf is None or up["len"].null_count() else np.concatenate([sf, up["len"].to_numpy()])
             sr = None if sr is None or dn["len"].null_count() else np.concatenate([sr, dn["len"].to_numpy()])
-            fit = fitm.two_way(xf, yf, xr, yr, prefer, sizes=(sf, sr) if wired else (None, None),
-                             air=air)
+            fit = fitm.two_way(xf, yf, xr, yr, prefer, sizes=(sf, sr) if wired else (None, None), air=air)
         fit.method = "two-way:size" if size_only else "two-way:ip"
     elif len(xf) + len(xr) >= max(min_matches, 2) and (len(xf) < 2 or len(xr) < 2) and (len(xf) or len(xr)):
         fwd = len(xf) >= len(xr)

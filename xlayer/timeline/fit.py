@@ -487,7 +487,7 @@ def _two_way(xf: np.ndarray, yf: np.ndarray, xr: np.ndarray, yr: np.ndarray, sig
         # A path's floors are reached all along both ways; floors reached only now and then may be the
         # troughs of queues that never drained, and their gap is a bound, not a path.  So is the gap
         # across the air: into it a frame waits for the medium (and its aggregate), out of it not.
-        if not air and min(ff.coverage, fr.coverage) >= PATH_COVERAGE:
+        if not air and half_gap > 0 and min(ff.coverage, fr.coverage) >= PATH_COVERAGE:
             path = unc_core
         else:
             bound = unc_core
