@@ -208,6 +208,39 @@ def test_spurious_by_dsack_and_eifel_single_capture() -> None:
     assert r["trigger"].to_list() == ["rto", "rto"] and r["evidence_frame"].to_list() == [4, 7]
 
 
+def test_eifel_reads_a_delayed_acks_echo_of_the_retransmission_before_as_no_evidence() -> None:
+    """Go-back-N after a timeout: a delayed ACK covering two retransmissions echoes the first one's TSval
+    (RFC 7323: TS.Recent moves only at the left edge).  That echo is older than the second retransmission's
+    TSval but newer than the timeout: the originals were lost, nothing spurious (ns-3 seed 1515 showed it:
+    12 such retransmissions called spurious, an RTO incident ranked where none was).  A timer that fires
+    again on the same bytes while the first retransmission's ACK is on its way is spurious."""
+    M = 1000
+    rows = [
+        {"tcp_seq": 1000, "tcp_len": M, "ip_id": 1, "tcp_tsval": 10, "t_ms": 0, "tcp_ack": 1},
+        {"tcp_seq": 2000, "tcp_len": M, "ip_id": 2, "tcp_tsval": 10, "t_ms": 1, "tcp_ack": 1},
+        {"tcp_seq": 3000, "tcp_len": M, "ip_id": 3, "tcp_tsval": 10, "t_ms": 2, "tcp_ack": 1},
+        {"tcp_seq": 1000, "tcp_len": M, "ip_id": 4, "tcp_tsval": 400, "t_ms": 1100, "tcp_ack": 1},  # RTO, frame 4
+        {"fwd": False, "tcp_seq": 1, "tcp_ack": 2000, "tcp_len": 0, "ip_id": 9, "tcp_tsval": 50, "tcp_tsecr": 400,
+         "t_ms": 1150},
+        {"tcp_seq": 2000, "tcp_len": M, "ip_id": 5, "tcp_tsval": 450, "t_ms": 1150, "tcp_ack": 1},  # frame 6
+        {"tcp_seq": 3000, "tcp_len": M, "ip_id": 6, "tcp_tsval": 451, "t_ms": 1151, "tcp_ack": 1},  # frame 7
+        # one delayed ACK for both: it echoes frame 6's TSval, older than frame 7's
+        {"fwd": False, "tcp_seq": 1, "tcp_ack": 4000, "tcp_len": 0, "ip_id": 10, "tcp_tsval": 60, "tcp_tsecr": 450,
+         "t_ms": 1200},
+        {"tcp_seq": 4000, "tcp_len": M, "ip_id": 7, "tcp_tsval": 500, "t_ms": 1201, "tcp_ack": 1},
+        {"tcp_seq": 4000, "tcp_len": M, "ip_id": 8, "tcp_tsval": 1600, "t_ms": 2300, "tcp_ack": 1},  # RTO, frame 10
+        {"tcp_seq": 4000, "tcp_len": M, "ip_id": 11, "tcp_tsval": 3800, "t_ms": 4500, "tcp_ack": 1},  # again, 11
+        # the answer to frame 10 comes after frame 11: frame 11 was not needed
+        {"fwd": False, "tcp_seq": 1, "tcp_ack": 5000, "tcp_len": 0, "ip_id": 12, "tcp_tsval": 70, "tcp_tsecr": 1600,
+         "t_ms": 4501},
+    ]
+    r = te.classify(_table(rows))["retransmissions"].sort("frame")
+    assert r["frame"].to_list() == [4, 6, 7, 10, 11]
+    assert r["spurious"].to_list() == [False, False, False, False, True], r.select("frame", "spurious", "method")
+    assert r.filter(pl.col("frame") == 11)["method"][0].startswith("eifel")
+    assert r.filter(pl.col("frame") == 11)["evidence_frame"][0] == 12
+
+
 def test_timeline_tables_registered() -> None:
     tl = open_timeline(LAB / "lab-delay_spike")
     r, e = tl.table("retransmissions"), tl.table("tcp_events")

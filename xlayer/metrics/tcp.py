@@ -28,7 +28,9 @@ capture missed their original) --, classed:
     strongest first: ``receiver_capture`` (a receiver-side capture of the bundle saw an earlier
     transmission of these bytes: same raw sequence number and IP id / TSval), ``dsack`` (an ACK carries a
     D-SACK block covering it, RFC 2883), ``receiver_vantage`` (this capture is on the receiver's side and
-    saw the original), ``eifel`` (the first ACK covering it echoes a TSecr older than its TSval, RFC 3522),
+    saw the original), ``eifel`` (the first ACK covering it echoes a TSecr older than the first retransmission
+    of its run -- retransmissions with no new data between them -- or that of an earlier transmission of its
+    own bytes, RFC 3522: a delayed ACK's echo of the retransmission before it is no evidence),
     ``already_acked`` (the receiver had ACKed these bytes before it was seen, Wireshark's rule);
     a segment that does not start below "next expected" is a retransmission too when the receiver proves
     it had the bytes already, the capture having missed their original (``original_captured`` false): it
@@ -873,8 +875,21 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
     cand = cand.with_columns((pl.col("seq_u") + 1).alias("_need"))
     cand = _first_ack(cand.sort("conn", "dir", "frame"), t, "_need", acks)
     del acks
-    eifel = retx & tsval.is_not_null() & (tsval != 0) & (pl.col("ack_tsecr").fill_null(0) != 0) \
-        & (_wrap32(pl.col("ack_tsecr") - tsval) < 0) & (pl.col("ack_ts") >= pl.col("ts_ns"))
+    # Eifel (RFC 3522) asks whether the ACK was made by a transmission from before the retransmissions.  A
+    # delayed ACK echoes the older of the two segments it covers (RFC 7323: TS.Recent moves only at the left
+    # edge), so in a go-back-N after a timeout the ACK covering one retransmission echoes the one before it:
+    # the echo is compared with the first retransmission of the run (retransmissions with no new data between
+    # them), or is an earlier transmission of these very bytes (a timer that fired again)
+    cand = cand.with_columns(
+        pl.when(retx).then(pl.col("nxt")).forward_fill().shift(1).over(G).alias("_pn"))
+    run0 = retx & (pl.col("_pn").is_null() | (pl.col("_pn") != pl.col("nxt")))
+    cand = cand.with_columns(
+        pl.when(retx).then(pl.when(run0).then(tsval).otherwise(pl.lit(None, pl.Int64)).forward_fill().over(G))
+        .alias("_rts"),
+        pl.when(retx).then(tsval).shift(1).over([*G, "seq_u"]).alias("_pts"))
+    echo = pl.col("ack_tsecr")
+    eifel = retx & tsval.is_not_null() & (tsval != 0) & (echo.fill_null(0) != 0) & (pl.col("ack_ts") >= pl.col("ts_ns")) \
+        & ((_wrap32(echo - pl.col("_rts").fill_null(tsval)) < 0) | (echo == pl.col("_pts")).fill_null(False))
     acked = retx & (pl.col("len") > 0) & (pl.col("rev_ack") >= pl.col("end_u"))
     # a monitor-mode capture near the AP sees what was sent over the air, not what the station received
     air = (pl.col("kind") == "air") if "kind" in cand.columns else pl.lit(kind == "air")
@@ -883,7 +898,7 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
                              acked.fill_null(False).alias("ev_acked"), (rxv & seen).fill_null(False).alias("ev_rxv"),
                              (rxv & ~seen).fill_null(False).alias("ev_rxv_neg"),
                              pl.lit(None, pl.Boolean).alias("ev_rx"), pl.lit(None, pl.String).alias("rx_capture"),
-                             pl.lit(None, pl.Int64).alias("rx_frame"))
+                             pl.lit(None, pl.Int64).alias("rx_frame")).drop("_pn", "_rts", "_pts")
     cand = cand.sort("conn", "dir", "frame")
     # `t` without the columns only the candidates and the events read: `build` reads of it what `_originals`,
     # `_rx_rows` and `_rx_span` do
