@@ -315,6 +315,38 @@ def test_rate_adaptation_answering_retries_on_a_steady_signal_follows_them():
     assert [f.cause for f in got] == ["rate_change", "mac_retries"] and got[0].explained_by is None
 
 
+def test_a_station_that_lost_its_association_on_a_failing_link_follows_that_link():
+    """A rejoin (the station lost its association and joined the same AP again) follows its own station's
+    weakening link or its frames retried twice as often as usual; another station's trouble, a link that did
+    not weaken, or retries as usual leave it a root."""
+    rejoin = {"rejoins": [{"station": "A", "gap_ms": 900.0}]}
+
+    def run(*others: CauseFinding) -> list[CauseFinding]:
+        ho = CauseFinding("handoff", 0.9, "A lost its association and joined again", dict(rejoin), stations=["A"])
+        return explain(_Ctx(_line(_steady(8_000, 12_000)), quiet=QUIET), W, [ho, *others])
+
+    rc = CauseFinding("rate_change", 0.6, "A's data rate fell", {"link_weakened": True}, stations=["A"])
+    got = run(rc)
+    assert [f.cause for f in got] == ["rate_change", "handoff"] and got[1].explained_by == "rate_change"
+    assert got[1].because.startswith("handoff because A lost its association on a weakening link")
+    assert run(CauseFinding("rate_change", 0.6, "B's rate fell", {"link_weakened": True}, stations=["B"]))[0].cause \
+        == "handoff"
+    assert run(CauseFinding("rate_change", 0.6, "A's rate fell", {"link_weakened": False}, stations=["A"]))[0].cause \
+        == "handoff"
+
+    def retries(a_share: float) -> CauseFinding:
+        per = [{"station": "A", "attempts": 100, "retries": int(100 * a_share)}, {"station": "B", "attempts": 100,
+                                                                                 "retries": 5}]
+        return CauseFinding("mac_retries", 0.5, "frames were retried", {"retry_fraction_outside": 0.05,
+                                                                        "per_station": per}, stations=["A", "B"])
+    got = run(retries(0.3))
+    assert [f.cause for f in got] == ["mac_retries", "handoff"] and "frames failed" in got[1].because
+    assert [f.cause for f in run(retries(0.06))] == ["handoff", "mac_retries"]
+    roam = CauseFinding("handoff", 0.9, "A roamed", {"roams": [{"station": "A"}]}, stations=["A"])
+    got = explain(_Ctx(_line(_steady(8_000, 12_000)), quiet=QUIET), W, [roam, rc])
+    assert got[0].cause == "handoff" and got[0].explained_by is None       # a roam is a decision
+
+
 @pytest.mark.parametrize(("kind", "proposer", "whole"), [
     ("sustained", "fragmentation", True),        # its own span: the condition is the story
     ("sustained", "performance_anomaly", False),  # a slow station's span inside a run fragmented throughout

@@ -137,8 +137,45 @@ def test_no_roam_when_stations_stay(tmp_path):
     assert not any("handoff" in [f.cause for f in i.findings] for i in analyze(b).incidents)
 
 
-def test_reassociation_to_the_same_ap_is_no_roam(tmp_path):
-    assert handoff.roams(_ctx(air_bundle(tmp_path / "same", _hop(A, 1.3)))) == []
+def test_reassociation_to_the_same_ap_is_no_roam_but_a_rejoin(tmp_path):
+    """Data with A until 0.99 s, reassociation with A at 1.1 s, data from 1.3 s: no roam; the station lost
+    its association and joined A again, 310 ms without data (its downlink: it sends none)."""
+    ctx = _ctx(air_bundle(tmp_path / "same", _hop(A, 1.3)))
+    assert handoff.roams(ctx) == []
+    (r,) = handoff.rejoins(ctx)
+    assert (r["station"], r["from_bssid"], r["to_bssid"], r["gap_ns"]) == (STA, A, A, 310_000_000)
+
+
+def test_a_rejoin_runs_from_the_stations_own_last_data_while_its_mac_still_acknowledges(tmp_path):
+    """A station whose association is lost on its side (missed beacons) still acknowledges the AP's frames,
+    but sends no data until it has joined again: the rejoin runs from its last uplink frame (0.79 s) to its
+    first after the reassociation (1.3 s), the AP's acknowledged downlink in between notwithstanding."""
+    air = Air()
+    air.beacons(A, "net", 0, 2.0)
+    air.stream(A, STA, 0.0, 2.0)                       # the AP keeps sending; STA's MAC keeps answering
+    for i in range(80):
+        air.data(0.005 + i * 10 * MS, A, STA, down=False)
+    air.reassociate(1.1, STA, A, A)
+    for i in range(69):
+        air.data(1.305 + i * 10 * MS, A, STA, down=False)
+    air.stream(A, STAY_A, 0.003, 2.0)
+    ctx = _ctx(air_bundle(tmp_path / "rejoin", air))
+    assert handoff.roams(ctx) == []
+    (r,) = handoff.rejoins(ctx)
+    assert (r["last_ts_ns"] - T0_NS, r["first_ts_ns"] - T0_NS) == (795_000_000, 1_305_000_000)
+    assert handoff.propose(ctx) == []           # no window of its own: it explains the drops it made
+    flows = ctx.flows_of([STA])
+    drop = handoff.Window(T0_NS + 800_000_000, T0_NS + 1_300_000_000, flows, [STA], drop={f: {} for f in flows})
+    f = handoff.score(ctx, drop)
+    assert f.cause == "handoff" and f.stations == [STA] and f.confidence == 0.9
+    # ... and not the drop of another station's flows
+    other = "udp 10.0.0.1:5000>10.9.9.9:5000"
+    assert handoff.score(ctx, handoff.Window(drop.start_ns, drop.end_ns, [other], [], drop={other: {}})) is None
+    assert f.summary == f"station {STA} lost its association with AP {A} and joined it again: 510 ms without data, " \
+                        "0 packets lost"
+    assert [x.what for x in f.frames] == [f"last data frame with {A}", f"auth with {A}", f"auth with {A}",
+                                          f"reassoc_req with {A}", f"reassoc_resp with {A}",
+                                          f"first data frame with {A} again"]
 
 
 def test_roam_seen_by_its_reassociation_only(tmp_path):

@@ -236,9 +236,52 @@ def _queue_and_slow_station(found: list[CauseFinding]) -> list[CauseFinding]:
                                 f"responsive flows kept arriving: {pa.summary}")
 
 
+REJOIN_RETRIED = 2.0             # a station retried this many times its usual share was failing
+
+
+def _retried_more(f: CauseFinding, stations: set[str]) -> bool:
+    """Return whether one of `stations` had its frames retried `REJOIN_RETRIED` times the usual share in a
+    `mac_retries` finding (the window's stations are all named there, the failing ones by their numbers)."""
+    usual = f.numbers.get("retry_fraction_outside")
+    if usual is None:
+        return False
+    return any(p.get("station") in stations and p.get("attempts")
+               and p["retries"] / p["attempts"] >= REJOIN_RETRIED * max(float(usual), 0.01)
+               for p in f.numbers.get("per_station") or [])
+
+
+def _rejoin_after_link_trouble(found: list[CauseFinding]) -> list[CauseFinding]:
+    """Return the findings with a rejoin (`handoff` of a station that lost its association and joined the same
+    AP again) after its station's weakening link or MAC retries: a station misses the beacons its link fails
+    to carry, and its association lapses.  A roam or a deauthentication is a decision, not a consequence."""
+    ho = next((f for f in found if f.cause == "handoff" and f.explained_by is None and f.numbers.get("rejoins")),
+              None)
+    if ho is None:
+        return found
+    away = set(ho.stations)
+    for f in found:
+        if f is ho or set(f.stations).isdisjoint(away):
+            continue
+        if f.cause == "rate_change" and f.numbers.get("link_weakened") is not False:
+            what = "weakening link"
+        elif f.cause == mac_retries.NAME and _retried_more(f, away):
+            what = "link whose frames failed"
+        else:
+            continue
+        ho.explained_by = f.cause
+        who = sorted(away & set(f.stations))
+        ho.because = (f"handoff because {', '.join(who)} lost {'its association' if len(who) == 1 else 'their associations'} "
+                      f"on a {what}: {f.summary}")
+        rest = [g for g in found if g is not ho]
+        at = rest.index(f) + 1
+        return rest[:at] + [ho] + rest[at:]
+    return found
+
+
 def explain(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:
     """Return the findings with each consequence placed right after the root the measurements show made it."""
-    return _after_rate_change(_after_weak_link(ctx, w, _queue_and_slow_station(_explain_timeouts(ctx, w, found))))
+    return _rejoin_after_link_trouble(
+        _after_rate_change(_after_weak_link(ctx, w, _queue_and_slow_station(_explain_timeouts(ctx, w, found)))))
 
 
 def _explain_timeouts(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:

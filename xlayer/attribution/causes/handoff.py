@@ -8,7 +8,16 @@ its packets the join found dropped at the AP or unacknowledged on the air: one l
 a packet that reached the AP's wired side inside the gap and never went on the air is one too: the
 join calls it ``unknown``, as no later packet of the station left that AP, and the roam says why);
 the (re)association and authentication frames with B in the gap, as evidence.  Other explicit
-evidence is a management frame (deauthentication or disassociation, with its reason code).  A lost association sends nothing:
+evidence is a management frame (deauthentication or disassociation, with its reason code).  A *rejoin*: a
+station that had data with an AP (re)associates with that same AP: it lost its association on its own side
+(missed beacons, a driver or firmware reset) though the AP never left; told with the same numbers as a roam,
+from the station's own last data frame (its MAC still acknowledges the AP's frames while it is away).  It
+explains a drop of its own station's flows as far as the station was away: away for the share `threshold`
+of the window, the flow fell that far by that alone (over the stations whose flows dropped, each counted
+up to that share).  A rejoin starts no window of its
+own: it is found in the drops it explains, and it follows a weakening link or MAC retries of its station
+there (`xlayer.attribution.causality`).
+A lost association sends nothing:
 the station falls silent (no frame from it at the sniffer, not even an ACK) while the AP keeps
 sending it data that nobody acknowledges.  Either way the station's flows stop; the window runs from
 the event until the station is heard again (or the captures end), and it starts a new incident.
@@ -29,6 +38,7 @@ AROUND_NS = NS              # the roam's losses are counted this long either sid
 NOT_DELIVERED = ("dropped_at_ap", "air_unacked")
 MIN_UNANSWERED = 7          # the AP's data to a silent station: about one MPDU's retry limit
 MIN_SILENCE_NS = NS
+MIN_REJOIN_CONF = 0.05      # below this a rejoin (away a few ms) makes no finding
 
 
 def _lost(ctx: Context) -> list[dict]:
@@ -82,8 +92,9 @@ def _find_lost(ctx: Context) -> list[dict]:
 
 
 def _bss_sequence(ctx: Context) -> pl.DataFrame:
-    """Return {station, ts_ns, capture_file, frame, ap, data} of every data transmission of a station (data)
-    and successful (re)association response (not data) of every air capture, by station and time."""
+    """Return {station, ts_ns, capture_file, frame, ap, data, up} of every data transmission of a station (data;
+    up: sent by the station) and successful (re)association response (not data) of every air capture, by
+    station and time."""
     att = ctx.table("attempts")
     parts = []
     if att.height:
@@ -96,15 +107,16 @@ def _bss_sequence(ctx: Context) -> pl.DataFrame:
                                        & pl.col("station").is_not_null()).select(
             "station", "ts_ns", "capture_file", "frame",
             pl.when(pl.col("direction") == "down").then(pl.col("ta")).otherwise(pl.col("ra")).alias("ap"),
-            pl.lit(True).alias("data")).collect())
+            pl.lit(True).alias("data"), (pl.col("direction") == "up").alias("up")).collect())
     me = ctx.table("mgmt_events")
     if me.height:
         parts.append(me.filter(pl.col("event").is_in(["assoc_resp", "reassoc_resp"]) & (pl.col("status") == 0)
                                & pl.col("station").is_not_null() & pl.col("bssid").is_not_null()).select(
-            "station", "ts_ns", "capture_file", "frame", pl.col("bssid").alias("ap"), pl.lit(False).alias("data")))
+            "station", "ts_ns", "capture_file", "frame", pl.col("bssid").alias("ap"), pl.lit(False).alias("data"),
+            pl.lit(False).alias("up")))
     if not parts:
         return pl.DataFrame(schema={"station": pl.Utf8, "ts_ns": pl.Int64, "capture_file": pl.Utf8,
-                                    "frame": pl.Int64, "ap": pl.Utf8, "data": pl.Boolean})
+                                    "frame": pl.Int64, "ap": pl.Utf8, "data": pl.Boolean, "up": pl.Boolean})
     return pl.concat(parts, how="vertical_relaxed").sort("station", "ts_ns", "capture_file", "frame")
 
 
@@ -154,6 +166,47 @@ def _roams(ctx: Context) -> list[dict]:
     return out
 
 
+def rejoins(ctx: Context) -> list[dict]:
+    """Return every rejoin, in time order: a station that had data with an AP (re)associating with the same AP,
+    its association lost on its side (missed beacons, a driver reset) though the AP never left it.  Keys as
+    `roams` (from_bssid = to_bssid): the last data with the AP before the join, the first after it."""
+    return ctx.memo("handoff:rejoins", lambda: _rejoins(ctx))
+
+
+def _rejoins(ctx: Context) -> list[dict]:
+    seq = _bss_sequence(ctx)
+    if seq.height == 0:
+        return []
+    prev = lambda c: pl.col(c).shift(1).over("station")  # noqa: E731 - one shift, two columns
+    joins = seq.with_columns(prev("data").alias("_pd"), prev("ap").alias("_pa")).filter(
+        ~pl.col("data") & pl.col("_pd").fill_null(False) & (pl.col("_pa") == pl.col("ap"))).select(
+        "station", "ap", pl.col("ts_ns").alias("at"))
+    if joins.height == 0:
+        return []
+    # A station that lost its association still acknowledges the AP's frames (the MAC answers any frame
+    # addressed to it) but hands nothing up and sends no data: its own data frames mark when it was there
+    # (all its data where it sends none)
+    data = seq.filter(pl.col("data"))
+    own = data.filter(pl.col("up"))
+    data = pl.concat([own, data.join(own.select("station").unique(), on="station", how="anti")]).sort("ts_ns")
+    d = lambda pre: data.select("station", "ap", pl.col("ts_ns").alias(f"{pre}_ts_ns"),  # noqa: E731
+                                pl.col("capture_file").alias(f"{pre}_file"), pl.col("frame").alias(f"{pre}_frame"),
+                                pl.col("ts_ns").alias("_t"))
+    both = (joins.sort("at").join_asof(d("last"), left_on="at", right_on="_t", by=["station", "ap"],
+                                       strategy="backward", check_sortedness=False).drop("_t")
+            .join_asof(d("first"), left_on="at", right_on="_t", by=["station", "ap"], strategy="forward",
+                       check_sortedness=False).drop("_t"))
+    out = []
+    for r in both.sort("at").iter_rows(named=True):
+        if r["last_ts_ns"] is None:
+            continue
+        gap = None if r["first_ts_ns"] is None else r["first_ts_ns"] - r["last_ts_ns"]
+        out.append({"station": r["station"], "at": r["at"], "from_bssid": r["ap"], "to_bssid": r["ap"],
+                    **{k: r[k] for k in ("last_ts_ns", "last_file", "last_frame", "first_ts_ns", "first_file",
+                                         "first_frame")}, "gap_ns": gap})
+    return out
+
+
 def losses(ctx: Context, r: dict) -> dict:
     """Return the roam `r` (of `roams`) with its flows, losses around its time without data (retransmissions,
     dropped, lost) and the frames joining the new BSS (joins); counted once, when first asked."""
@@ -190,7 +243,12 @@ def _losses(ctx: Context, r: dict) -> dict:
 
 
 def _roam_text(r: dict) -> str:
-    """Return one sentence naming a roam and its numbers."""
+    """Return one sentence naming a roam (or a rejoin: the same AP both sides) and its numbers."""
+    if r["from_bssid"] == r["to_bssid"]:
+        gap = (f"{r['gap_ns'] / 1e6:,.0f} ms without data" if r["gap_ns"] is not None
+               else "no data with it after that seen")
+        return (f"station {r['station']} lost its association with AP {r['to_bssid']} and joined it again: {gap}, "
+                f"{r['lost']:,} packets lost")
     gap = (f"{r['gap_ns'] / 1e6:,.0f} ms without data" if r["gap_ns"] is not None
            else "no data with the new AP seen")
     return (f"station {r['station']} roamed from AP {r['from_bssid']} to AP {r['to_bssid']}: {gap}, "
@@ -209,10 +267,11 @@ def _roam_numbers(r: dict) -> dict:
 
 def _roam_frames(r: dict) -> list[FrameRef]:
     """Return the roam's evidence frames: the last data with the old AP, the joining frames, the first with the new."""
+    again = " again" if r["from_bssid"] == r["to_bssid"] else ""
     out = [FrameRef(r["last_file"], int(r["last_frame"]), f"last data frame with {r['from_bssid']}")]
     out += [FrameRef(j["capture_file"], int(j["frame"]), f"{j['event']} with {r['to_bssid']}") for j in r["joins"]]
     if r["first_frame"] is not None:
-        out.append(FrameRef(r["first_file"], int(r["first_frame"]), f"first data frame with {r['to_bssid']}"))
+        out.append(FrameRef(r["first_file"], int(r["first_frame"]), f"first data frame with {r['to_bssid']}{again}"))
     return out
 
 
@@ -260,6 +319,28 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
                                                    "block_ack_requests": bars, "rts": rts},
                                 stations=[lost["station"]], flows=ctx.flows_of([lost["station"]]),
                                 frames=[FrameRef(lost["file"], lost["frame"], "last frame from the station")])
+    # A rejoin explains the drop of its own station's flows, as far as the station was away: a flow away for
+    # a share `threshold` of the window fell that far by that alone.  Over the stations whose flows dropped.
+    dropped = set(w.drop)
+    rj = [losses(ctx, r) for r in rejoins(ctx) if r["last_ts_ns"] < e and _roam_end(ctx, r) >= s
+          and (not w.stations or r["station"] in w.stations)
+          and (not dropped or not dropped.isdisjoint(ctx.flows_of([r["station"]])))]
+    if not rj:
+        return None
+    span = max(w.end_ns - w.start_ns, 1)
+    away: dict[str, int] = {}
+    for r in rj:
+        gone = min(_roam_end(ctx, r), w.end_ns) - max(r["last_ts_ns"], w.start_ns)
+        away[r["station"]] = away.get(r["station"], 0) + max(gone, 0)
+    hit = ctx.stations_of(sorted(dropped)) if dropped else sorted(away)
+    conf = 0.9 * sum(min(1.0, away.get(st, 0) / (ctx.cfg.threshold * span)) for st in hit) / max(len(hit), 1)
+    if conf < MIN_REJOIN_CONF:
+        return None
+    rj.sort(key=lambda r: -away[r["station"]])
+    text = _roam_text(rj[0]) + (f"; {len(rj) - 1} more rejoin(s)" if len(rj) > 1 else "")
+    stations = sorted(away)
+    return CauseFinding(NAME, conf, text, {"rejoins": [_roam_numbers(r) for r in rj]}, stations=stations,
+                        flows=ctx.flows_of(stations), frames=[f for r in rj for f in _roam_frames(r)][:6])
     return None
 
 
