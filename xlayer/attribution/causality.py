@@ -13,6 +13,8 @@ The graph (issue 11; study 003's finding: MAC retransmissions push IP delay abov
         ap_queue_overflow (the slow service fills the queue)
     an unresponsive stream offered past its station's intake -> ap_queue_overflow -> performance_anomaly
         when that station is the slow one
+    rate_change (a weakening link), mac_retries of a station (twice its usual share) -> handoff, when
+        that station lost its association and joined the same AP again (a rejoin: it missed the beacons)
 
 A `spurious_rto` finding is a consequence when the delay of the timed-out flows' packets shows what
 made it.  `xlayer.attribution.causes.delaysplit` splits each packet's delay (the `delay` table) by
@@ -270,8 +272,8 @@ def _rejoin_after_link_trouble(found: list[CauseFinding]) -> list[CauseFinding]:
             continue
         ho.explained_by = f.cause
         who = sorted(away & set(f.stations))
-        ho.because = (f"handoff because {', '.join(who)} lost {'its association' if len(who) == 1 else 'their associations'} "
-                      f"on a {what}: {f.summary}")
+        lost = "its association" if len(who) == 1 else "their associations"
+        ho.because = f"handoff because {', '.join(who)} lost {lost} on a {what}: {f.summary}"
         rest = [g for g in found if g is not ho]
         at = rest.index(f) + 1
         return rest[:at] + [ho] + rest[at:]

@@ -888,7 +888,8 @@ def _analyze_prepared(t: pl.DataFrame, kind: str | None = None) -> tuple[pl.Data
         .alias("_rts"),
         pl.when(retx).then(tsval).shift(1).over([*G, "seq_u"]).alias("_pts"))
     echo = pl.col("ack_tsecr")
-    eifel = retx & tsval.is_not_null() & (tsval != 0) & (echo.fill_null(0) != 0) & (pl.col("ack_ts") >= pl.col("ts_ns")) \
+    eifel = retx & tsval.is_not_null() & (tsval != 0) & (echo.fill_null(0) != 0) \
+        & (pl.col("ack_ts") >= pl.col("ts_ns")) \
         & ((_wrap32(echo - pl.col("_rts").fill_null(tsval)) < 0) | (echo == pl.col("_pts")).fill_null(False))
     acked = retx & (pl.col("len") > 0) & (pl.col("rev_ack") >= pl.col("end_u"))
     # a monitor-mode capture near the AP sees what was sent over the air, not what the station received

@@ -8,19 +8,20 @@ its packets the join found dropped at the AP or unacknowledged on the air: one l
 a packet that reached the AP's wired side inside the gap and never went on the air is one too: the
 join calls it ``unknown``, as no later packet of the station left that AP, and the roam says why);
 the (re)association and authentication frames with B in the gap, as evidence.  Other explicit
-evidence is a management frame (deauthentication or disassociation, with its reason code).  A *rejoin*: a
-station that had data with an AP (re)associates with that same AP: it lost its association on its own side
-(missed beacons, a driver or firmware reset) though the AP never left; told with the same numbers as a roam,
-from the station's own last data frame (its MAC still acknowledges the AP's frames while it is away).  It
-explains a drop of its own station's flows as far as the station was away: away for the share `threshold`
-of the window, the flow fell that far by that alone (over the stations whose flows dropped, each counted
-up to that share).  A rejoin starts no window of its
-own: it is found in the drops it explains, and it follows a weakening link or MAC retries of its station
-there (`xlayer.attribution.causality`).
-A lost association sends nothing:
-the station falls silent (no frame from it at the sniffer, not even an ACK) while the AP keeps
-sending it data that nobody acknowledges.  Either way the station's flows stop; the window runs from
-the event until the station is heard again (or the captures end), and it starts a new incident.
+evidence is a management frame (deauthentication or disassociation, with its reason code).  A lost
+association sends nothing: the station falls silent (no frame from it at the sniffer, not even an ACK)
+while the AP keeps sending it data that nobody acknowledges.  Either way the station's flows stop; the
+window runs from the event until the station is heard again (or the captures end), and it starts a new
+incident.
+
+A *rejoin*: a station that had data with an AP (re)associates with that same AP.  It lost its association
+on its own side (missed beacons, a driver or firmware reset) though the AP never left.  It is told with a
+roam's numbers, from the station's own last data frame: its MAC still acknowledges the AP's frames while
+it is away.  It explains a drop of its own station's flows as far as the station was away: away for the
+share `threshold` of the window, a flow falls that far by that alone (averaged over the stations whose
+flows dropped, each counted up to that share).  A rejoin starts no window of its own: it is found in the
+drops it explains, and it follows its station's weakening link or MAC retries there
+(`xlayer.attribution.causality`).
 """
 from __future__ import annotations
 
