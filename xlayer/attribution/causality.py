@@ -11,6 +11,8 @@ The graph (issue 11; study 003's finding: MAC retransmissions push IP delay abov
     mac_retries on a link whose signal held -> rate_change (rate adaptation answers the failures)
     performance_anomaly (a weak link) -> mac_retries of the slow station; with responsive flows,
         ap_queue_overflow (the slow service fills the queue)
+    mac_retries of a slow station that held the line before the drop too -> performance_anomaly, when
+        its retries grew in the drop and made most of the growth of its time per packet (what changed)
     an unresponsive stream offered past its station's intake -> ap_queue_overflow -> performance_anomaly
         when that station is the slow one
     rate_change (a weakening link), mac_retries of a station (twice its usual share) -> handoff, when
@@ -50,6 +52,8 @@ interferer): it follows the `mac_retries` finding of that station.
 from __future__ import annotations
 
 from typing import Any
+
+import polars as pl
 
 from xlayer.attribution.causes import (
     delaysplit,
@@ -175,6 +179,37 @@ def _slow_station(f: CauseFinding) -> str | None:
     return str(st[0]["station"]) if isinstance(st, list) and st and isinstance(st[0], dict) else None
 
 
+RETRIES_MADE_RISE = 0.5         # retry time made this share of the slow station's rise in time per packet
+
+
+def _retried_more_on_slow_link(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:
+    """Return the findings with `mac_retries` ahead of the performance anomaly in a drop when the slow
+    station held the AP's line before the drop too and what changed is its retries: its time per packet
+    on the line grew `SLOWER_SERVICE` times against outside the drops, retry time making
+    RETRIES_MADE_RISE of the growth.
+
+    A slow link that was there all along is part of the baseline the goodput fell from (as a condition
+    that held before a drop is, `analyze._apart`); a hidden node or a burst of interference at that
+    station then retries its frames, and the anomaly's hold on the line grows because of them."""
+    pa = next((f for f in found if f.cause == performance_anomaly.NAME and f.explained_by is None), None)
+    mr = next((f for f in found if f.cause == mac_retries.NAME and f.explained_by is None), None)
+    hog = pa.numbers.get("hog") if pa is not None else None
+    if w.kind != "drop" or mr is None or not isinstance(hog, dict) or not hog.get("per_packet_ms"):
+        return found
+    slow = str(hog["station"])
+    out = ctx.outside("delay").filter(pl.col("station") == slow)
+    if out.height < delaysplit.MIN_PACKETS:
+        return found                # the slow station was not there before: its arrival is what changed
+    c_out, r_out = float(out["service_ns"].mean()) / 1e6, float(out["retry_ns"].mean()) / 1e6
+    c_in = float(hog["per_packet_ms"])
+    r_in = float(hog.get("retry_share") or 0.0) * c_in
+    if c_in < SLOWER_SERVICE * c_out or r_in - r_out < RETRIES_MADE_RISE * (c_in - c_out):
+        return found
+    return _pair(found, mr, pa, f"performance_anomaly because {slow}'s frames were retried more: its time on "
+                                f"the AP's line per packet grew from {c_out:.2f} ms outside the drops to {c_in:.2f} "
+                                f"ms, {r_in - r_out:.2f} ms of it retry time, on a link as slow before the drop")
+
+
 def _after_weak_link(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:
     """Return the findings with `mac_retries` after the performance anomaly when the window's retries
     are the slow station's (without its frames they make no finding, or one under OWN_FINDING_SHARE
@@ -185,7 +220,7 @@ def _after_weak_link(ctx: Context, w: Window, found: list[CauseFinding]) -> list
     pa = next((f for f in found if f.cause == performance_anomaly.NAME), None)
     mr = next((f for f in found if f.cause == mac_retries.NAME and f.explained_by is None), None)
     slow = _slow_station(pa) if pa is not None else None
-    if mr is None or slow is None:
+    if mr is None or slow is None or pa.explained_by == mr.cause:
         return found
     if mac_retries.without(ctx, w, slow) >= max(mac_retries.MIN_CONF, OWN_FINDING_SHARE * mr.confidence):
         return found            # the other stations' retries are a finding of their own
@@ -282,8 +317,9 @@ def _rejoin_after_link_trouble(found: list[CauseFinding]) -> list[CauseFinding]:
 
 def explain(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:
     """Return the findings with each consequence placed right after the root the measurements show made it."""
-    return _rejoin_after_link_trouble(
-        _after_rate_change(_after_weak_link(ctx, w, _queue_and_slow_station(_explain_timeouts(ctx, w, found)))))
+    found = _queue_and_slow_station(_explain_timeouts(ctx, w, found))
+    found = _after_weak_link(ctx, w, _retried_more_on_slow_link(ctx, w, found))
+    return _rejoin_after_link_trouble(_after_rate_change(found))
 
 
 def _explain_timeouts(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:

@@ -10,7 +10,9 @@ the drops.  A deaf receiver behind a persistent MAC is one MPDU retried for a se
 fraction of the transmissions, most of the line's time.  A burst shorter than the drop (a hidden
 node) is seen in a station's worst run of 100 consecutive transmissions (or of 0.1 s of its traffic,
 when more) against what the worst of as many runs reaches in steady traffic (outside the drops, and
-at least by the binomial law of the station's usual retry fraction).  A drop it is the root of spans
+at least by the binomial law of the station's usual retry fraction).  A transmission there is a PPDU:
+the MPDUs of an A-MPDU fail together (a collision, a rate probe too fast for the link) and count as
+one trial, their share retried as its outcome.  A drop it is the root of spans
 its episode: the 0.1 s steps around the drop in which its most retried station's retry fraction
 stood well above that station's usual one (`episode`), since a hidden node starts before the
 goodput falls and may outlast it.
@@ -178,15 +180,41 @@ def _run_length(mine: pl.DataFrame, span_ns: int) -> int:
     return max(STEP_MIN_ATTEMPTS, round(mine.height * BURST_NS / max(span_ns, 1)))
 
 
+def _ppdus(att: pl.DataFrame) -> pl.DataFrame:
+    """Return one row per PPDU of `att` in time order: ts_ns (its first MPDU's) and retry (the share of
+    its MPDUs that repeat an earlier attempt, Float64).
+
+    An A-MPDU is sent and lost as one PHY transmission: a collision, or a probe at a rate the link
+    does not carry, fails its MPDUs together and they come back together as retries, so the MPDUs of
+    one PPDU are one trial of the retry statistics, not thirty (a burst test counting MPDUs takes two
+    lost aggregates among a few for a hidden node).  MPDUs sent alone are each their own PPDU: without
+    aggregation nothing changes.  A PPDU is its capture's A-MPDU reference, else its start on the air."""
+    if att.height == 0:
+        return pl.DataFrame(schema={"ts_ns": pl.Int64, "retry": pl.Float64})
+    cols = att.columns
+    cap = pl.col("capture_file") if "capture_file" in cols else pl.lit(None, pl.String)
+    start = pl.coalesce("tx_start_ns", "ts_ns") if "tx_start_ns" in cols else pl.col("ts_ns")
+    if "ampdu_ref" in cols:
+        agg = pl.col("ampdu_ref").is_not_null()
+        key = pl.when(agg).then(pl.col("ampdu_ref").cast(pl.Int64)).otherwise(start)
+    else:
+        agg, key = pl.lit(False), start
+    return (att.lazy().select("ts_ns", pl.col("retry").cast(pl.Float64).fill_null(0.0), cap.alias("_c"),
+                              agg.alias("_a"), key.alias("_k"))
+            .group_by("_c", "_a", "_k").agg(pl.col("ts_ns").min(), pl.col("retry").mean())
+            .sort("ts_ns", "_k").select("ts_ns", "retry").collect())
+
+
 def _steps(att: pl.DataFrame, n: int) -> pl.Series:
-    """Return the retry fractions of `att` over every run of `n` consecutive transmissions.
+    """Return the retry fractions of `att` (PPDUs in time order: `_ppdus`) over every run of `n`
+    consecutive transmissions.
 
     Runs of transmissions, not of time: a burst's retries double the backoff, so a collided 0.1 s
     holds fewer transmissions than a clean one; over equal counts the extremes inside and outside a
     window share one binomial noise."""
     if att.height < n:
         return pl.Series("rf", [], pl.Float64)
-    r = att.sort("ts_ns")["retry"].cast(pl.Float64).fill_null(0.0)
+    r = att["retry"].cast(pl.Float64).fill_null(0.0)
     return r.rolling_mean(n).drop_nulls().rename("rf")
 
 
@@ -250,6 +278,8 @@ def _score_attempts(ctx: Context, w: Window) -> CauseFinding | None:
         r_out = float(theirs["retry"].mean()) if theirs.height >= MIN_ATTEMPTS else None
         weak = _weak_link_factor(ctx, w, mine, theirs, [st])
         c = _conf(float(mine["retry"].mean()), r_out, w.kind) * weak
+        # runs of PPDUs, an A-MPDU one trial (`_ppdus`)
+        mine, theirs = _ppdus(mine), _ppdus(theirs)
         n_run = _run_length(mine, e - s)
         b = _burst(mine, theirs, n_run)
         if b is not None:
@@ -287,20 +317,20 @@ def _unanswered(air: pl.DataFrame, stations: list[str]) -> dict[str, int]:
 
 
 def _tries(ctx: Context, st: str, lo: int, hi: int) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Return the station's tries (ts_ns, retry: it failed or repeats one) in [lo, hi) and outside
-    every drop: its data transmissions, and the RTS sent to it, an unanswered one counted as a retry
-    (`delaysplit.unanswered_rts`; `_unanswered` says why)."""
+    """Return the station's tries (ts_ns, retry: the share of it that failed or repeats one) in [lo, hi)
+    and outside every drop: its data PPDUs (`_ppdus`), and the RTS sent to it, an unanswered one
+    counted as a retry (`delaysplit.unanswered_rts`; `_unanswered` says why)."""
     # the captures that saw the station's data: one copy of each RTS (several sniffers hear it)
     caps = ctx.table("attempts").filter(pl.col("station") == st)["capture_file"].unique()
 
     def own(df: pl.DataFrame) -> pl.DataFrame:
-        return df.filter(pl.col("station") == st).select("ts_ns", "retry")
+        return _ppdus(df.filter(pl.col("station") == st))
 
     def rts(air: pl.DataFrame) -> pl.DataFrame:
         air = air.filter(pl.col("capture_file").is_in(caps.implode()))
         failed = delaysplit.unanswered_rts(air, [st])["ts_ns"]
         return (air.filter((pl.col("wlan_type") == 1) & (pl.col("wlan_subtype") == 11) & (pl.col("wlan_ra") == st))
-                .select("ts_ns", pl.col("ts_ns").is_in(failed.implode()).alias("retry")))
+                .select("ts_ns", pl.col("ts_ns").is_in(failed.implode()).cast(pl.Float64).alias("retry")))
 
     att, theirs = own(ctx.between("attempts", lo, hi)), own(ctx.outside("attempts"))
     return pl.concat([att, rts(ctx.between("air_frames", lo, hi))]), pl.concat([theirs, rts(ctx.outside("air_frames"))])
