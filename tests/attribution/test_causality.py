@@ -268,6 +268,21 @@ def test_one_flow_dipping_while_the_aggregate_holds_is_sharing_not_a_drop():
     assert aggregate_kept(fell, 1000 * MS, 1400 * MS, cfg) == pytest.approx(0.2)
 
 
+@pytest.mark.parametrize("f_in, g_in, note", [(1e6, 9e6, True), (0.0, 10e6, False), (1e6, 4e6, False)])
+def test_a_dip_with_the_aggregate_held_is_sharing_but_a_stall_is_not(f_in, g_in, note):
+    from xlayer.attribution.analyze import sharing
+
+    # f falls in [1.0, 1.4) s while g takes its share: sharing; f delivering nothing there is a stall
+    # (a lost association) even though g took all of the air; the sum falling is a drop of the path
+    rows = [{"flow": f, "bin_start_ns": b * 100 * MS, "goodput_bps": v}
+            for b in range(20) for f, v in (("f", f_in if 10 <= b < 14 else 5e6), ("g", g_in if 10 <= b < 14 else 5e6))]
+    w = Window(1000 * MS, 1400 * MS, ["f"], drop={"f": {"baseline_bps": 5e6, "mean_bps": f_in}})
+    got = sharing(w, pl.DataFrame(rows), DropConfig())
+    assert (got is not None) == note
+    if note:
+        assert got.startswith("f: goodput fell for 0.4 s") and "flows sharing the path" in got
+
+
 def test_a_rate_fall_on_a_link_that_did_not_weaken_leads_nothing():
     # rate adaptation that started high on a far station: same signal, fewer retries at the new rate
     numbers = {"signal_in_dbm": -79.0, "signal_outside_dbm": -79.0, "retry_fraction_in": 0.3,

@@ -206,6 +206,23 @@ def _with_episodes(ctx: Context, scored: list[tuple[Window, list[CauseFinding]]]
     return out
 
 
+def sharing(w: Window, g: pl.DataFrame, cfg: DropConfig) -> str | None:
+    """Return the note saying a drop window is flows sharing the path (the data flows' summed goodput
+    `g` kept SHARED_KEPT of its steady state), or None when it is not.
+
+    TCP flows sharing a path trade their shares: one backs off, the others take it.  A flow that
+    delivered nothing in the window stalled (a lost association, timers backing off): the others took
+    the air it left, and the stall stays an incident even when no cause is found for it."""
+    if w.kind != "drop" or any(not (d.get("mean_bps") or 0.0) > 0.0 for d in w.drop.values()):
+        return None
+    kept = aggregate_kept(g, w.start_ns, w.end_ns, cfg)
+    if kept is None or kept < SHARED_KEPT:
+        return None
+    return (f"{', '.join(sorted(w.drop))}: goodput fell for {w.seconds:.1f} s from {iso_ns(w.start_ns)} while "
+            f"the data flows together kept {kept:.0%} of their steady goodput: flows sharing the path, not a "
+            "drop (no incident)")
+
+
 def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
             progress: Callable[[str], None] | None = None) -> Analysis:
     """Return the incidents of a bundle (or its timeline), each with its ranked causes and evidence."""
@@ -249,13 +266,10 @@ def analyze(tl: Timeline | str | os.PathLike, cfg: DropConfig | None = None,
     incidents = []
     shared: list[str] = []
     for w, found in scored:
-        if not found and w.kind == "drop":
-            kept = aggregate_kept(g, w.start_ns, w.end_ns, cfg)
-            if kept is not None and kept >= SHARED_KEPT:
-                shared.append(f"{', '.join(sorted(w.drop))}: goodput fell for {w.seconds:.1f} s from "
-                              f"{iso_ns(w.start_ns)} while the data flows together kept {kept:.0%} of their steady "
-                              "goodput: flows sharing the path, not a drop (no incident)")
-                continue
+        note = sharing(w, g, cfg) if not found else None
+        if note is not None:
+            shared.append(note)
+            continue
         flows = w.flows or sorted({x for f in found for x in f.flows})
         stations = w.stations or sorted({x for f in found for x in f.stations})
         incidents.append(Incident(w.start_ns, w.end_ns, w.kind, flows, stations, w.drop, found))

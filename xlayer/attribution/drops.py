@@ -22,7 +22,8 @@ Flows sharing a path also fall together by less than that: a station retried for
 AP's queue for every station behind it, and each flow loses a third.  TCP flows hold their summed
 goodput when only their shares move, so a fall of the sum under `SHARED_KEPT` of its steady state,
 from that level (`path_drops`), is a drop of the path, with the flows that fell in it.  The same
-ratio decides the converse: one flow's drop while the sum kept `SHARED_KEPT` is sharing, no incident.
+ratio decides the converse: one flow's drop while the sum kept `SHARED_KEPT` is sharing, no incident,
+unless the flow delivered nothing (a stall: `analyze.sharing`).
 """
 from __future__ import annotations
 

@@ -48,7 +48,8 @@ def summary_text(an: Any, quiet: list[str] | None = None) -> str:
     for k, inc in enumerate(an.incidents, 1):
         span = f"{when.text(inc.start_ns / 1e9)}-{when.text(inc.end_ns / 1e9)} ({(inc.end_ns - inc.start_ns) / 1e9:.1f} s)"
         if not inc.findings:
-            lines.append(f" {k}. {span} {inc.kind}: no cause found; flows {t(', '.join(inc.flows))}")
+            falls = "; ".join(f"{t(f)} {_fall(inc.drop.get(f))}" for f in inc.flows)
+            lines.append(f" {k}. {span} {inc.kind}: no cause found; {falls}")
             continue
         top = inc.findings[0]
         lines.append(f" {k}. {span} {inc.kind}: {top.cause} ({top.confidence:.2f}): {t(top.summary)}")
@@ -64,6 +65,16 @@ def summary_text(an: Any, quiet: list[str] | None = None) -> str:
     for n in an.notes:
         lines.append(f"note: {t(n)}")
     return "\n".join(lines)
+
+
+def _fall(d: dict | None) -> str:
+    """Return how far a dropped flow's goodput fell (its window mean against its steady level), as text."""
+    if not d or not d.get("baseline_bps"):
+        return "(goodput fell)"
+    mean, base = float(d.get("mean_bps") or 0.0), float(d["baseline_bps"])
+    if mean <= 0:
+        return f"delivered nothing (steady {base / 1e6:.2f} Mbit/s)"
+    return f"{mean / 1e6:.2f} of its steady {base / 1e6:.2f} Mbit/s"
 
 
 class _Times:
