@@ -582,6 +582,32 @@ def test_retries_that_grew_on_a_slow_link_held_all_along_are_the_root_of_the_dro
         == "performance_anomaly"
 
 
+@pytest.mark.parametrize("first_copy_ms, copies, root", [(10_200, 200, "mac_retries"), (10_700, 200, "ap_queue_overflow"),
+                                                         (10_550, 10, "ap_queue_overflow")])
+def test_an_overflow_made_by_the_timeouts_copies_follows_them(first_copy_ms, copies, root):
+    from xlayer.attribution.causality import _overflow_after_timeouts
+
+    # the AP drops 30 packets from 10.6 s on; the server's spurious copies reach the AP's wired side
+    # from `first_copy_ms`, `copies` of them within 0.4 s: copies before any drop and more of them than
+    # drops filled the queue (the overflow follows the timeouts); drops before the first copy, or a
+    # handful of copies, leave the overflow a root of its own
+    ctx = _Ctx(_line(_steady(8_000, 12_000)))
+    ctx.tables["downlink"] = pl.DataFrame({"capture_file": "ap.pcap", "frame": np.arange(30),
+                                           "ts_ns": (10_600 + np.arange(30)) * MS, "fate": "dropped_at_ap"})
+    ctx.tables["retransmissions"] = pl.DataFrame({"capture_file": "ap.pcap", "spurious": True,
+                                                  "ts_ns": first_copy_ms * MS + np.arange(copies) * (400 * MS // copies)})
+    mr = CauseFinding("mac_retries", 0.8, "retries", stations=["A"])
+    sp = CauseFinding("spurious_rto", 0.95, "timeouts", {"host_rto_ms": 200.0}, explained_by="mac_retries")
+    qo = CauseFinding("ap_queue_overflow", 0.95, "drops", {"dropped": 30})
+    got = _overflow_after_timeouts(ctx, W, [qo, mr, sp])
+    assert got[0].cause == root
+    if root == "mac_retries":
+        assert [f.cause for f in got] == ["mac_retries", "spurious_rto", "ap_queue_overflow"]
+        assert got[2].explained_by == "spurious_rto" and "copies filled the AP's queue" in got[2].because
+    else:
+        assert qo.explained_by is None
+
+
 def test_the_slow_stations_retries_follow_its_anomaly_below_the_flood_that_made_it():
     from xlayer.attribution.causality import _after_weak_link, _queue_and_slow_station
 

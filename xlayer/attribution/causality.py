@@ -15,6 +15,8 @@ The graph (issue 11; study 003's finding: MAC retransmissions push IP delay abov
         its retries grew in the drop and made most of the growth of its time per packet (what changed)
     an unresponsive stream offered past its station's intake -> ap_queue_overflow -> performance_anomaly
         when that station is the slow one
+    spurious_rto -> ap_queue_overflow, when the queue dropped nothing until the timeouts' copies of
+        packets still queued reached it
     rate_change (a weakening link), mac_retries of a station (twice its usual share) -> handoff, when
         that station lost its association and joined the same AP again (a rejoin: it missed the beacons)
 
@@ -61,7 +63,7 @@ from xlayer.attribution.causes import (
     mac_retries,
     performance_anomaly,
 )
-from xlayer.attribution.causes.base import Context, Window
+from xlayer.attribution.causes.base import LEAD_NS, Context, Window
 from xlayer.attribution.incidents import CauseFinding
 
 ROOT_MIN_RTO_SHARE = 0.5        # the late packets' delay reached this share of the RTO
@@ -317,7 +319,7 @@ def _rejoin_after_link_trouble(found: list[CauseFinding]) -> list[CauseFinding]:
 
 def explain(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:
     """Return the findings with each consequence placed right after the root the measurements show made it."""
-    found = _queue_and_slow_station(_explain_timeouts(ctx, w, found))
+    found = _queue_and_slow_station(_overflow_after_timeouts(ctx, w, _explain_timeouts(ctx, w, found)))
     found = _after_weak_link(ctx, w, _retried_more_on_slow_link(ctx, w, found))
     return _rejoin_after_link_trouble(_after_rate_change(found))
 
@@ -359,6 +361,39 @@ def _explain_timeouts(ctx: Context, w: Window, found: list[CauseFinding]) -> lis
                    f"RTO {rto:.0f} ms)")
     _with_split(sp, s)
     return _pair(found, root, sp, because)
+
+
+def _overflow_after_timeouts(ctx: Context, w: Window, found: list[CauseFinding]) -> list[CauseFinding]:
+    """Return the findings with `ap_queue_overflow` right after `spurious_rto` when the AP's queue dropped
+    nothing until the spurious timeouts' copies reached it, and more copies reached it before its first
+    drop than it dropped.
+
+    After a spurious timeout the sender resends its whole window while the originals still wait in the
+    AP's queue: the copies double the queue, and it overflows.  The drops are then the timeouts'
+    consequence, not the cause of the delay: a queue that overflowed first (a flood, slow start's
+    overshoot) dropped before any copy came."""
+    qo = next((f for f in found if f.cause == "ap_queue_overflow" and f.explained_by is None), None)
+    sp = next((f for f in found if f.cause == "spurious_rto"), None)
+    if qo is None or sp is None or sp.explained_by == qo.cause:
+        return found
+    s, e = w.start_ns - LEAD_NS, w.end_ns
+    drops = ctx.between("downlink", s, e).filter(pl.col("fate") == "dropped_at_ap")
+    if drops.height == 0:
+        return found
+    caps = drops["capture_file"].unique().implode()
+    copies = ctx.table("retransmissions").filter(pl.col("capture_file").is_in(caps) & pl.col("spurious").fill_null(False)
+                                                 & (pl.col("ts_ns") >= s) & (pl.col("ts_ns") < e))["ts_ns"]
+    first_drop = int(drops["ts_ns"].min())
+    before = int((copies < first_drop).sum())
+    if before == 0 or before < drops.height or int(copies.min()) >= first_drop:
+        return found
+    qo.explained_by = sp.cause
+    qo.because = (f"ap_queue_overflow because the spurious timeouts' copies filled the AP's queue: {before:,} "
+                  f"retransmitted packets whose originals were not lost reached it before its first drop, "
+                  f"{(first_drop - int(copies.min())) / 1e9:.2f} s after the first copy ({drops.height:,} drops)")
+    rest = [f for f in found if f is not qo]
+    at = rest.index(sp) + 1
+    return rest[:at] + [qo] + rest[at:]
 
 
 def _with_split(f: CauseFinding, sp: delaysplit.Split) -> None:
