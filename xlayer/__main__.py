@@ -10,7 +10,7 @@ def run() -> int:
     so), so an interrupt then is one line and exit 130 too, not a traceback.  With XLAYER_READY_FILE
     set, that file is created once they are: what a supervisor waits for before it may signal.
     """
-    from xlayer.signals import Stop, stop_on_signals
+    from xlayer.signals import stop_on_signals, stopped
 
     stop_on_signals()
     try:
@@ -21,7 +21,9 @@ def run() -> int:
         from xlayer.cli.main import main
 
         return main()
-    except (KeyboardInterrupt, Stop):
+    except BaseException as exc:
+        if not stopped(exc):
+            raise
         print("xlayer: interrupted", file=sys.stderr)
         return 130
 

@@ -22,6 +22,7 @@ class Stop(BaseException):
 
 _held = 0                       # depth of `deferred()` blocks the main thread is in
 _pending: int | None = None     # a signal that arrived inside one
+_received: int | None = None    # the last SIGINT or SIGTERM since `stop_on_signals()`
 
 
 def _raise(signum: int) -> None:
@@ -29,7 +30,8 @@ def _raise(signum: int) -> None:
 
 
 def _on_signal(signum, frame):  # noqa: ARG001 - signal handler signature
-    global _pending
+    global _pending, _received
+    _received = signum
     if _held:
         _pending = signum
         return
@@ -38,8 +40,20 @@ def _on_signal(signum, frame):  # noqa: ARG001 - signal handler signature
 
 def stop_on_signals() -> None:
     """Make SIGTERM raise `Stop` and SIGINT KeyboardInterrupt in the main thread from now on; return None."""
+    global _received
+    _received = None
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
+
+
+def stopped(exc: BaseException) -> bool:
+    """Return whether `exc` ends a command that was asked to stop: KeyboardInterrupt or Stop, or any
+    error that reached the command after SIGINT or SIGTERM came.
+
+    The handler raises wherever the main thread is, and a library calling back into Python there
+    (polars' Rust through PyO3) can turn that KeyboardInterrupt into an error of its own (a TypeError
+    about an "unprintable str object"): the command then stops as it would have, not with a traceback."""
+    return isinstance(exc, (KeyboardInterrupt, Stop)) or _received is not None
 
 
 @contextmanager

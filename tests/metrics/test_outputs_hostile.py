@@ -299,3 +299,25 @@ def test_signal_while_writing(tmp_path: Path, sig: int, when) -> None:
     assert p.returncode == 130, err[-3000:]
     assert line.startswith("xlayer: interrupted; "), line
     _assert_left_said(man, line)
+
+
+# The signal lands while polars' Rust calls back into Python: PyO3 hands back an error of its own
+# (a TypeError about an "unprintable str object", seen once in CI), not the KeyboardInterrupt raised.
+MANGLED = ("import os, signal, sys, xlayer.timeline.airtime as a; orig = a._mpdu_inputs\n"
+           "def hit(df):\n"
+           "    try:\n"
+           "        os.kill(os.getpid(), signal.{sig})\n"
+           "    except BaseException as exc:\n"
+           "        raise TypeError(\"'<unprintable str object>' is not a Polars data type\") from exc\n"
+           "a._mpdu_inputs = hit\n"
+           "from xlayer.__main__ import run; sys.exit(run())")
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_a_library_turned_into_its_own_error_still_stops_cleanly(tmp_path: Path, sig: str) -> None:
+    out = tmp_path / "m"
+    p = _run("metrics", str(BIG_SAMPLE), "-o", str(out), "-q", "--no-cache", code=MANGLED.format(sig=sig))
+    assert p.returncode == 130, p.stderr[-3000:]
+    line = _one_line(p.stderr)
+    assert line.startswith("xlayer: interrupted; "), line
+    _assert_left_said(assert_consistent(out) if out.exists() else None, line)

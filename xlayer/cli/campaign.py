@@ -26,17 +26,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Run the campaign; return 0, or 1 if some bundle failed (listed in campaign.json and here)."""
     from xlayer.campaign.run import parse_window, run_campaign
     from xlayer.metrics.export import OutputError
-    from xlayer.signals import Stop, stop_on_signals
+    from xlayer.signals import stop_on_signals, stopped
 
     stop_on_signals()
     window = parse_window(args.window)
     try:
         res = run_campaign(args.bundles, args.output, scheduler=args.scheduler, workers=args.workers,
                            window=window, progress=not args.quiet)
-    except (KeyboardInterrupt, Stop):
-        print(f"xlayer: interrupted; {safe_text(args.output)}/campaign.json lists every bundle finished so far "
-              "(run again to go on)", file=sys.stderr)
-        return 130
     except OSError as exc:
         from xlayer.metrics.export import reason
 
@@ -44,6 +40,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"xlayer: cannot write {safe_text(where)}: {safe_text(reason(exc))}; campaign.json lists every "
               "bundle finished so far", file=sys.stderr)
         return 1
+    except BaseException as exc:
+        if not stopped(exc):
+            raise
+        print(f"xlayer: interrupted; {safe_text(args.output)}/campaign.json lists every bundle finished so far "
+              "(run again to go on)", file=sys.stderr)
+        return 130
     print(f"campaign {safe_text(args.output)}: {len(res.done)} analyzed, {len(res.skipped)} already done "
           f"(skipped), {len(res.errors)} failed; over the campaign's {res.counts['done']} bundles done: "
           f"{res.counts['malformed_records']:,} malformed records, {res.counts['skipped_bytes']:,} capture bytes "
@@ -72,19 +74,21 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     from xlayer.campaign.report import write_campaign_report
     from xlayer.campaign.summary import Thresholds
-    from xlayer.signals import Stop, stop_on_signals
+    from xlayer.signals import stop_on_signals, stopped
 
     stop_on_signals()
     try:
         n = write_campaign_report(args.campaign, Path(args.output), _tags(args.by), Thresholds(args.good, args.bad))
-    except (KeyboardInterrupt, Stop):
-        print(f"xlayer: interrupted; {safe_text(args.output)} not written", file=sys.stderr)
-        return 130
     except OSError as exc:
         from xlayer.metrics.export import reason
 
         print(f"xlayer: cannot write {safe_text(args.output)}: {safe_text(reason(exc))}", file=sys.stderr)
         return 1
+    except BaseException as exc:
+        if not stopped(exc):
+            raise
+        print(f"xlayer: interrupted; {safe_text(args.output)} not written", file=sys.stderr)
+        return 130
     print(f"wrote {safe_text(args.output)}: {n} conditions")
     return 0
 

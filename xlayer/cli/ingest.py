@@ -15,7 +15,7 @@ from parsers.decode.registry import linktype_name
 from parsers.formats.records import CaptureError
 from xlayer.cli.common import add_key_options, keys_from_args
 from xlayer.cli.wifi import WifiSummary
-from xlayer.signals import Stop, stop_on_signals
+from xlayer.signals import stop_on_signals, stopped
 from xlayer.text import safe_text, utc_label
 
 
@@ -64,15 +64,17 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     except CaptureError as exc:
         print(f"xlayer: {safe_text(exc)}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, Stop):
-        print(f"xlayer: interrupted; {args.output} holds the {_rows_in(args.output)} records written so far",
-              file=sys.stderr)
-        _print_counts(st, sys.stderr)
-        return 130
     except OSError as exc:
         print(f"xlayer: cannot write {args.output}: {exc.strerror or exc}; no output file left",
               file=sys.stderr)
         return 1
+    except BaseException as exc:
+        if not stopped(exc):
+            raise
+        print(f"xlayer: interrupted; {args.output} holds the {_rows_in(args.output)} records written so far",
+              file=sys.stderr)
+        _print_counts(st, sys.stderr)
+        return 130
     print(f"wrote {written} rows to {args.output}")
     _print_counts(st)
     return 0

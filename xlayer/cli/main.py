@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from parsers.formats.records import CaptureError
 from xlayer.bundle.manifest import BundleError
 from xlayer.cli import COMMANDS
-from xlayer.signals import Stop
+from xlayer.signals import stopped
 from xlayer.text import package_version, safe_text
 
 
@@ -37,13 +37,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BundleError, CaptureError) as exc:
         print(f"xlayer: {safe_text(exc)}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, Stop):
-        print("xlayer: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         # the reader of our output went away (`| head`): nothing more to say, and no traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except BaseException as exc:
+        if not stopped(exc):
+            raise
+        print("xlayer: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from typing import Any
 
 from xlayer.bundle.manifest import BundleError
 from xlayer.cli.common import add_bundle_argument, add_timeline_options
-from xlayer.signals import Stop, stop_on_signals
+from xlayer.signals import stop_on_signals, stopped
 
 HOST_ONLY = {"host_state"}      # tables read from host-state files alone (no packet capture needed)
 
@@ -40,12 +40,14 @@ def cmd_metrics(args: argparse.Namespace) -> int:
     except (BundleError, KeyError) as exc:
         print(f"xlayer: {safe_text(exc.args[0] if isinstance(exc, KeyError) else exc)}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, Stop):
-        print(f"xlayer: interrupted; {_left(args.output, written)}", file=sys.stderr)
-        return 130
     except OSError as exc:
         print(f"xlayer: {os_error_text(exc, args)}; {_left(args.output, written)}", file=sys.stderr)
         return 1
+    except BaseException as exc:
+        if not stopped(exc):
+            raise
+        print(f"xlayer: interrupted; {_left(args.output, written)}", file=sys.stderr)
+        return 130
     for name, t in man["tables"].items():
         print(f"{name:18s} {t['rows']:>9d} rows  {t['file']}")
     for f, err in man["read_errors"].items():

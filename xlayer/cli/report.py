@@ -8,7 +8,7 @@ from typing import Any
 
 from xlayer.bundle.manifest import BundleError
 from xlayer.cli.common import add_bundle_argument, add_timeline_options
-from xlayer.signals import Stop, stop_on_signals
+from xlayer.signals import stop_on_signals, stopped
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -35,12 +35,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     except BundleError as exc:
         print(f"xlayer: {safe_text(exc)}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, Stop):
-        print(f"xlayer: interrupted; {_left(args.output, before)}", file=sys.stderr)
-        return 130
     except OSError as exc:
         print(f"xlayer: {os_error_text(exc, args)}; {_left(args.output, before)}", file=sys.stderr)
         return 1
+    except BaseException as exc:
+        if not stopped(exc):
+            raise
+        print(f"xlayer: interrupted; {_left(args.output, before)}", file=sys.stderr)
+        return 130
     n = len(analysis.incidents)
     print(f"wrote {safe_text(rep.path)} ({rep.size_bytes / 1e6:.1f} MB): {len(rep.panels)} panels, "
           f"{n} incident{'s' if n != 1 else ''}")
