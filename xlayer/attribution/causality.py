@@ -233,9 +233,14 @@ def _after_weak_link(ctx: Context, w: Window, found: list[CauseFinding]) -> list
     # the anomaly is itself a consequence (a flood to the slow station filled the queue): its station's
     # retries follow it, below its own root
     mr.explained_by, mr.because = pa.cause, because
-    rest = [f for f in found if f is not mr]
-    at = rest.index(pa) + 1
-    return rest[:at] + [mr] + rest[at:]
+    return _after(found, pa, mr)
+
+
+def _after(found: list[CauseFinding], root: CauseFinding, cons: CauseFinding) -> list[CauseFinding]:
+    """Return the findings with `cons` moved to right after `root`, the others in their order."""
+    rest = [f for f in found if f is not cons]
+    at = rest.index(root) + 1
+    return rest[:at] + [cons] + rest[at:]
 
 
 def _pair(found: list[CauseFinding], root: CauseFinding, cons: CauseFinding, because: str) -> list[CauseFinding]:
@@ -311,9 +316,7 @@ def _rejoin_after_link_trouble(found: list[CauseFinding]) -> list[CauseFinding]:
         who = sorted(away & set(f.stations))
         lost = "its association" if len(who) == 1 else "their associations"
         ho.because = f"handoff because {', '.join(who)} lost {lost} on a {what}: {f.summary}"
-        rest = [g for g in found if g is not ho]
-        at = rest.index(f) + 1
-        return rest[:at] + [ho] + rest[at:]
+        return _after(found, f, ho)
     return found
 
 
@@ -385,15 +388,13 @@ def _overflow_after_timeouts(ctx: Context, w: Window, found: list[CauseFinding])
                                                  & (pl.col("ts_ns") >= s) & (pl.col("ts_ns") < e))["ts_ns"]
     first_drop = int(drops["ts_ns"].min())
     before = int((copies < first_drop).sum())
-    if before == 0 or before < drops.height or int(copies.min()) >= first_drop:
+    if before == 0 or before < drops.height:
         return found
     qo.explained_by = sp.cause
     qo.because = (f"ap_queue_overflow because the spurious timeouts' copies filled the AP's queue: {before:,} "
                   f"retransmitted packets whose originals were not lost reached it before its first drop, "
                   f"{(first_drop - int(copies.min())) / 1e9:.2f} s after the first copy ({drops.height:,} drops)")
-    rest = [f for f in found if f is not qo]
-    at = rest.index(sp) + 1
-    return rest[:at] + [qo] + rest[at:]
+    return _after(found, sp, qo)
 
 
 def _with_split(f: CauseFinding, sp: delaysplit.Split) -> None:

@@ -342,7 +342,6 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
     stations = sorted(away)
     return CauseFinding(NAME, conf, text, {"rejoins": [_roam_numbers(r) for r in rj]}, stations=stations,
                         flows=ctx.flows_of(stations), frames=[f for r in rj for f in _roam_frames(r)][:6])
-    return None
 
 
 def propose(ctx: Context) -> list[Window]:
