@@ -36,9 +36,11 @@ How a clock is fitted (`xlayer.timeline.match` for matching, `xlayer.timeline.fi
   error by the minimum delay).
 * air <-> air, **simultaneous**: the same frame (TA, RA, seq, frag, retry, type, TID, ...) and
   beacons heard by two sniffers at the same instant; a trimmed least-squares line.
-* air frames carry their airtime (leaving a vantage = end of the first attempt's frame, reaching
-  it = start of its exchange, RTS/CTS included) and, where present, TSFT mapped onto the sniffer's
-  clock (see `xlayer.timeline.match`).
+* air frames carry their airtime (leaving a vantage = end of the first attempt's frame, an A-MPDU's
+  subframe at its own end; reaching it = start of its exchange, RTS/CTS included) and, where present,
+  TSFT mapped onto the sniffer's clock (see `xlayer.timeline.match`).  Out of the air, the positions
+  of an aggregate that reached their host later after their end than its first subframe did (a host
+  link slower than the air queued them) are left out of the floor (`_behind_in_aggregate`).
 * protected data frames (no keys to decrypt them) match wired packets by size and order: the MPDU
   length minus 802.11 header, CCMP (16 B) or TKIP (20 B) overhead and LLC/SNAP is the IP length
   (`xlayer.timeline.size`), used only when the keyed matches give nothing.
@@ -335,6 +337,49 @@ def _air_exit(pairs: list[tuple[str, str, pl.DataFrame]], kinds: Mapping[str, st
     return None
 
 
+# A later subframe of an aggregate is left out of the air's floor when it reached its host this much
+# (in standard errors of the median over the aggregates, and at least fitm.SIGMA_FLOOR_NS) later
+# after its own end than the aggregate's first subframe did.
+BEHIND_SE = 3.0
+
+
+def _behind_in_aggregate(m: pl.DataFrame, out_dir: int) -> pl.Series:
+    """Return per match whether it is a later subframe of an A-MPDU whose position queued on its way out
+    of the air (column "behind").
+
+    Out of the air a subframe's delay is measured from its own end.  A receiver that hands each one on
+    as it ends (ns-3) keeps every position on the floor; a host link slower than the subframes arrive
+    (an AP's wired port) queues the later ones behind the first, by an amount that follows the
+    aggregate's size and the PHY rate and tilts a floor through them.  Which positions queue is read
+    off the aggregates themselves: per position, the median of (host stamp gap, air end gap) to the
+    aggregate's first subframe, the line's slope cancelled within one aggregate.
+    """
+    air_s, air_e, host = ("tKs", "tKe", "tUs") if out_dir == 1 else ("tUs", "tUe", "tKs")
+    g = (m.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"), "cp", "dir", air_s, air_e, host)
+         .filter((pl.col("dir") == out_dir) & pl.col(air_e).is_not_null())
+         .sort("cp", air_s, air_e)
+         .with_columns(pl.col(air_e).rank("ordinal").over("cp", air_s).alias("pos"),
+                       ((pl.col(host) - pl.col(host).first().over("cp", air_s))
+                        - (pl.col(air_e) - pl.col(air_e).first().over("cp", air_s))).cast(pl.Float64)
+                       .alias("excess"))
+         .filter(pl.col("pos") > 1))
+    behind = pl.Series("behind", np.zeros(m.height, dtype=bool))
+    if not g.height:
+        return behind
+    st = (g.group_by("pos")
+          .agg(pl.col("excess").median().alias("med"),
+               (pl.col("excess") - pl.col("excess").median()).abs().median().alias("mad"),
+               pl.len().alias("n")))
+    se = 1.2533 * 1.4826 * st["mad"].to_numpy() / np.sqrt(st["n"].to_numpy())
+    bad = st["pos"].to_numpy()[st["med"].to_numpy() > np.maximum(BEHIND_SE * se, fitm.SIGMA_FLOOR_NS)]
+    if not len(bad):
+        return behind
+    rows = g.filter(pl.col("pos").is_in(bad.tolist()))["_r"].to_numpy()
+    flags = np.zeros(m.height, dtype=bool)
+    flags[rows] = True
+    return pl.Series("behind", flags)
+
+
 def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False,
               kinds: Mapping[str, str] | None = None) -> tuple[fitm.ClockFit, int, dict[str, int]] | None:
     """Return (fit, anchor_ns, matched per file) of the unknown clock against the known one, or None.
@@ -390,9 +435,13 @@ def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False,
     m = m.with_columns(pl.when(pl.col("k") == 2)
                        .then(pl.when(pl.col("orient") == pl.col("fwd_orient")).then(1).otherwise(-1))
                        .otherwise(ttl_dir).cast(pl.Int8).alias("dir")).drop("k", "fwd_orient")
+    if prefer is not None:
+        m = m.with_columns(_behind_in_aggregate(m, 1 if prefer == "forward" else -1))
+    else:
+        m = m.with_columns(pl.lit(False).alias("behind"))
     # x: the unknown clock's time relative to the anchor; y: t_U - t_K with the right frame ends.
     xy = m.select(
-        "dir", "len",
+        "dir", "len", "behind",
         pl.when(pl.col("dir") >= 0).then(pl.col("tUs") - anchor).otherwise(pl.col("tUe") - anchor)
         .cast(pl.Float64).alias("x"),
         pl.when(pl.col("dir") >= 0).then(pl.col("tUs") - pl.col("tKe")).otherwise(pl.col("tUe") - pl.col("tKs"))
@@ -401,7 +450,7 @@ def _fit_edge(edge: _Edge, min_matches: int, size_only: bool = False,
     del m
 
     def arr(xy: pl.DataFrame, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        sel = xy.filter((pl.col("dir") == d) & pl.col("y").is_not_null())
+        sel = xy.filter((pl.col("dir") == d) & pl.col("y").is_not_null() & ~pl.col("behind"))
         ln = sel["len"]
         return (sel["x"].to_numpy(), sel["y"].to_numpy(),
                 None if ln.null_count() else ln.cast(pl.Float64).to_numpy())

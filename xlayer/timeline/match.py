@@ -22,14 +22,15 @@ the start is the end minus the PPDU's airtime (preamble + bits / PHY rate; an A-
 its subframes' together).  A packet leaving a vantage is taken at its end there, a packet arriving
 at its start: that keeps the airtime out of the one-way delays in both directions.  The start is
 that of the whole exchange: an RTS/CTS (or CTS-to-self) just before a frame moves it to the RTS
-(`txop_start`), since the sender won the medium there.  The end is known only for an A-MPDU's
-first subframe (receivers hand the later ones on later, by their position); a fragmented MSDU
-(its IP header in the first fragment) ends with its last fragment, since a receiver hands it on
-only then.  Airtimes come from
-`xlayer.timeline.airtime` (exact PPDU durations).  Where frames
-carry TSFT, the stamps are replaced by TSFT mapped to the sniffer's clock (a running median of
-stamp - TSFT over windows of frames, per TSF segment), which removes the host's stamping jitter;
-whether TSFT marks the frame's start or its end is decided by which fits better.
+(`txop_start`), since the sender won the medium there.  An A-MPDU's subframe ends at
+its own last bit, its position in the PPDU (a receiver cannot hand it on before; ns-3 hands each on
+then, a driver that passes the aggregate up whole puts its last subframes on the delay floor); a
+fragmented MSDU (its IP header in the first fragment) ends with its last fragment, since a receiver
+hands it on only then.  Airtimes come from `xlayer.timeline.airtime` (exact PPDU durations).  Where frames
+carry TSFT, the stamps are replaced by TSFT mapped to the sniffer's clock (lines of stamp - TSFT
+through the frames stamped after an idle gap, per TSF segment and minute: see `_stamp_line_map`),
+which removes the host's stamping jitter and the lateness of frames stamped in a burst; whether TSFT
+marks the frame's start or its end is decided by which fits better.
 """
 from __future__ import annotations
 
@@ -56,8 +57,10 @@ BASE_COLS = ("frame", "ts_ns", "wirelen", "malformed", "fcs_bad", "ip_ttl", "eth
 READ_COLS = tuple(dict.fromkeys(BASE_COLS + tuple(c for c, _ in IP_KEY) + AIR_COLS))
 
 RETRY_SPAN_NS = 100_000_000          # MAC retransmissions of one packet fall within this
-TSFT_WINDOW = 64                     # frames per median window of the TSFT mapping
 TSFT_MIN_FRAMES = 32
+# A host clock may wander against the NIC's TSF counter (NTP slews it): one line per this much TSFT.
+TSFT_PIECE_NS = 60 * 10**9
+TSFT_ISOLATED_SIGMAS = 6.0           # an idle gap this many stamping noises long: a frame stamped on its own
 TSFT_BREAK_NS = 20_000_000           # a jump of stamp - TSFT beyond this starts a new TSF segment
 HASH_SEED = 0x5EED
 
@@ -135,18 +138,77 @@ def airtime(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
 # TSFT -> the sniffer's clock
 
 
-def _running_median_map(T: np.ndarray, o: np.ndarray) -> np.ndarray:
-    """Return, per point, the median of o over windows of TSFT_WINDOW points, interpolated in T."""
-    n = len(T)
-    m = max(1, n // TSFT_WINDOW)
-    # the window of each point, and the medians of all windows at once
-    win = np.repeat(np.arange(m, dtype=np.int64), np.diff(np.linspace(0, n, m + 1).astype(np.int64)))
-    g = (pl.DataFrame({"w": win, "T": T, "o": o})
-         .group_by("w").agg(pl.col("T").median(), pl.col("o").median()).sort("w"))
-    cx, cy = g["T"].to_numpy(), g["o"].to_numpy()
-    if m == 1:
-        return np.full(n, cy[0])
-    return np.interp(T, cx, cy)
+def _robust_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Return (a, b) of y = a + b*x by least squares, points beyond 4 robust sigmas dropped twice."""
+    k = np.ones(len(x), dtype=bool)
+    a, b = float(np.median(y)), 0.0
+    for _ in range(3):
+        xs, ys = x[k], y[k]
+        if len(xs) < 2:
+            break
+        xm = float(xs.mean())
+        xc = xs - xm
+        sxx = float(np.einsum("i,i->", xc, xc))
+        b = float(np.einsum("i,i->", xc, ys - ys.mean())) / sxx if sxx > 0 else 0.0
+        a = float(ys.mean()) - b * xm
+        r = y - (a + b * x)
+        med = float(np.median(r[k]))
+        k = np.abs(r - med) <= 4.0 * max(1.4826 * float(np.median(np.abs(r[k] - med))), 1.0)
+    return a, b
+
+
+def _piecewise_line(T: np.ndarray, o: np.ndarray, sel: np.ndarray) -> np.ndarray:
+    """Return per point o's value on robust lines through the selected points, one per TSFT_PIECE_NS of
+    T at most, joined where they meet (T sorted ascending)."""
+    lo, hi = float(T[0]), float(T[-1])
+    n_sel = int(sel.sum())
+    nb = int(max(1, min(math.ceil((hi - lo) / TSFT_PIECE_NS), n_sel // (4 * TSFT_MIN_FRAMES))))
+    edges = np.linspace(lo, hi, nb + 1)
+    piece = np.minimum(np.searchsorted(edges, T, side="right") - 1, nb - 1)
+    lines = []
+    for i in range(nb):
+        m = sel & (piece == i)
+        lines.append(_robust_line(T[m], o[m]) if m.sum() >= 2 else None)
+    if all(ln is None for ln in lines):
+        return np.full(len(T), float(np.median(o[sel])) if n_sel else float(np.median(o)))
+    # a piece without points takes its neighbours' lines
+    for i in range(nb):
+        if lines[i] is None:
+            j = min((j for j in range(nb) if lines[j] is not None), key=lambda j: abs(j - i))
+            lines[i] = lines[j]
+    knots = []
+    for i, x in enumerate(edges):
+        near = [lines[j] for j in (i - 1, i) if 0 <= j < nb]
+        knots.append(sum(a + b * x for a, b in near) / len(near))
+    return np.interp(T, edges, np.asarray(knots)) if nb > 1 else lines[0][0] + lines[0][1] * T
+
+
+def _stamp_line_map(T: np.ndarray, o: np.ndarray) -> np.ndarray:
+    """Return per frame stamp - TSFT on the line the host's stamps follow (T sorted ascending).
+
+    A host stamps frames in the order it takes them and never one before the one it took earlier, and
+    frames that arrive together wait for each other (an interrupt's batch; a running maximum of jittered
+    stamps in a simulator): a frame close behind another is stamped late by an amount that follows the
+    traffic.  A median of stamp - TSFT over neighbouring frames follows that load and tilts the mapped
+    clock by ppm where it changes.  Frames after an idle gap (TSFT_ISOLATED_SIGMAS stamping noises long,
+    the noise measured on the quarter of frames after the longest gaps) were stamped on their own: the
+    line goes through them.
+    """
+    gap = np.empty(len(T))
+    gap[0] = np.inf
+    gap[1:] = np.diff(T)
+    # (frames of one PPDU share its TSFT: a gap of 0 is no gap)
+    pos = gap > 0
+    top = pos & (gap >= np.quantile(gap[pos], 0.75)) if pos.any() else pos | True
+    iso = top
+    for _ in range(2):
+        hat = _piecewise_line(T, o, iso)
+        r = (o - hat)[top]
+        sigma = 1.4826 * float(np.median(np.abs(r - np.median(r))))
+        iso = pos & (gap >= TSFT_ISOLATED_SIGMAS * sigma)
+        if iso.sum() < TSFT_MIN_FRAMES:
+            iso = top
+    return _piecewise_line(T, o, iso)
 
 
 def map_tsft(ts: np.ndarray, tsft: np.ndarray, valid: np.ndarray, dur: np.ndarray,
@@ -189,11 +251,11 @@ def map_tsft(ts: np.ndarray, tsft: np.ndarray, valid: np.ndarray, dur: np.ndarra
         for lo, hi in segs:
             Ts = T[lo:hi]
             if np.all(Ts[1:] >= Ts[:-1]):
-                hat[lo:hi] = _running_median_map(Ts.astype(np.float64), o[lo:hi])
+                hat[lo:hi] = _stamp_line_map(Ts.astype(np.float64), o[lo:hi])
             else:
                 order = np.argsort(Ts, kind="stable")
                 h = np.empty(hi - lo)
-                h[order] = _running_median_map(Ts[order].astype(np.float64), o[lo:hi][order])
+                h[order] = _stamp_line_map(Ts[order].astype(np.float64), o[lo:hi][order])
                 hat[lo:hi] = h
         r = (o - hat)[use]
         score[hyp] = float(1.4826 * np.median(np.abs(r - np.median(r)))) if len(r) >= TSFT_MIN_FRAMES else math.inf
@@ -351,13 +413,12 @@ def observe(df: pl.DataFrame, file: str, kind: str, ts_point: str = "end", use_t
     ts = df["ts_ns"].cast(pl.Int64).to_numpy()
     dur, known, mpdu, upto = airtime(df)
     dur_i = np.round(dur).astype(np.int64)
-    # The end of an A-MPDU's first subframe only: a receiver hands the later ones on after it,
-    # each later by an amount that grows with its position (ns-3: about 2 us a subframe), so
-    # their ends would put a delay floor under the fit that moves as aggregates grow and shrink
-    # with the rate, and tilt the skew.
-    ref = df["ampdu_ref"]
-    te_ok = np.isfinite(upto) & (ref.is_null() | (ref != ref.shift(1)).fill_null(True)).to_numpy()
-    del ref
+    # Every subframe's own end, not only the first's: in ns-3 runs of 802.11n/ac/ax the delay from
+    # a later subframe's end to its delivery was that of the first (a median within 3 us at every
+    # position up to 24); the first subframes alone left a sixteenth of the points out of the air.
+    # Positions that a slower host link queued are screened per pair of clocks
+    # (`xlayer.timeline.align._behind_in_aggregate`).
+    te_ok = np.isfinite(upto)
     upto_i = np.round(np.nan_to_num(upto)).astype(np.int64)
     del upto
     info: dict[str, Any] = {"frames": df.height}
