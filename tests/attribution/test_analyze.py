@@ -144,6 +144,31 @@ def test_other_seeds_ninety_percent() -> None:
     assert extra == 0
 
 
+def _overlap_s(a0: float, a1: float, b0: float, b1: float) -> float:
+    return max(0.0, min(a1, b1) - max(a0, b0))
+
+
+def test_a_station_joining_a_protected_network_continues_its_rts_condition() -> None:
+    """Random scenario 1249 on 802.11ac: every station sends its data after an RTS; a UDP stream to a
+    third station starts at 2.5 s and fills the AP's queue.  RTS/CTS is the network's condition from
+    the first data to the last, not a new one that the third station brings with the drop: the TCP
+    flows' collapse is its own incident, the AP queue's (it was one incident named rts_overhead)."""
+    d = sim_bundle("random", 1249, standard="ac")
+    truth = json.loads((d / "truth.json").read_text())
+    ev = {c["cause"]: (c["start_ts"], c["end_ts"]) for c in truth["causes"] if c.get("role") == "primary"}
+    assert set(ev) == {"rts_overhead", "ap_queue_overflow"}, truth["summary_text"]
+    an = analyze(d)
+    got = [(i.start_ns / 1e9, i.end_ns / 1e9, i.cause) for i in an.incidents]
+    rts = [(s, e) for s, e, c in got if c == "rts_overhead"]
+    queue = [(s, e) for s, e, c in got if c == "ap_queue_overflow"]
+    assert len(rts) == 1 and len(queue) == 1, got
+    r0, r1 = ev["rts_overhead"]
+    assert _overlap_s(*rts[0], r0, r1) >= 0.9 * (r1 - r0), (got, ev)
+    q0, q1 = ev["ap_queue_overflow"]
+    assert _overlap_s(*queue[0], q0, q1) >= 0.6 * (q1 - q0) and queue[0][0] >= q0 - 0.3, (got, ev)
+    assert check(an, truth)["right"] == 2
+
+
 def test_json_shape_and_evidence() -> None:
     d = sim_bundle("udp_overflow", 1)
     r = subprocess.run([sys.executable, "-m", "xlayer", "analyze", str(d), "--json"], capture_output=True,

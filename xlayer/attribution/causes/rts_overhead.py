@@ -110,16 +110,29 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
 
 
 def propose(ctx: Context) -> list[Window]:
-    """Return the span of each station's data when RTS/CTS precedes most of it."""
+    """Return the spans when RTS/CTS precedes most of the data: each station's, those that overlap joined.
+
+    The condition is the network's while any of its stations protects its data: a station that joins
+    later (and protects too) continues it rather than starting a condition of its own, which a drop
+    it brings (its traffic filling the AP's queue) would otherwise take for its explanation."""
     att = ctx.table("attempts")
-    out = []
+    out: list[Window] = []
     if att.height == 0:
         return out
     # each station's first and last transmission (not its rows split out: a copy of the whole table)
     spans = att.group_by("station").agg(pl.col("ts_ns").min().alias("s"), pl.col("ts_ns").max().alias("e"))
+    each = []
     for st, s, e in spans.iter_rows():
         s, e = int(s), int(e) + 1
         ratio, rts, att_w, _ = _ratio(ctx, s, e, [st])
         if ppdus(att_w) >= MIN_DATA and ratio >= 0.5:
+            each.append((s, e, st))
+    for s, e, st in sorted(each):
+        if out and s <= out[-1].end_ns:
+            last = out[-1]
+            stations = sorted(set(last.stations) | {st})
+            out[-1] = Window(last.start_ns, max(last.end_ns, e), ctx.flows_of(stations), stations,
+                             kind="sustained", proposer=NAME)
+        else:
             out.append(Window(s, e, ctx.flows_of([st]), [st], kind="sustained", proposer=NAME))
     return out
