@@ -413,9 +413,9 @@ def observe(df: pl.DataFrame, file: str, kind: str, ts_point: str = "end", use_t
     ts = df["ts_ns"].cast(pl.Int64).to_numpy()
     dur, known, mpdu, upto = airtime(df)
     dur_i = np.round(dur).astype(np.int64)
-    # Every subframe's own end, not only the first's: in ns-3 runs of 802.11n/ac/ax the delay from
-    # a later subframe's end to its delivery was that of the first (a median within 3 us at every
-    # position up to 24); the first subframes alone left a sixteenth of the points out of the air.
+    # Every subframe's own end, not only the first's: in ns-3 runs of 802.11n/ac/ax a station got each
+    # later subframe its own delay after its own end (the medians at positions up to 24 within a few
+    # us of the first's); the first subframes alone left a fifteenth of the points out of the air.
     # Positions that a slower host link queued are screened per pair of clocks
     # (`xlayer.timeline.align._behind_in_aggregate`).
     te_ok = np.isfinite(upto)
