@@ -195,8 +195,9 @@ def _stamp_line_map(T: np.ndarray, o: np.ndarray) -> np.ndarray:
     line goes through them.
     """
     gap = np.empty(len(T))
-    gap[0] = np.inf
     gap[1:] = np.diff(T)
+    # the first frame came after the longest gap there is (a finite one: quantiles of inf are NaN)
+    gap[0] = max(float(gap[1:].max()), 1.0) if len(T) > 1 else 1.0
     # (frames of one PPDU share its TSFT: a gap of 0 is no gap)
     pos = gap > 0
     top = pos & (gap >= np.quantile(gap[pos], 0.75)) if pos.any() else pos | True
