@@ -164,11 +164,13 @@ def _piecewise_line(T: np.ndarray, o: np.ndarray, sel: np.ndarray) -> np.ndarray
     n_sel = int(sel.sum())
     nb = int(max(1, min(math.ceil((hi - lo) / TSFT_PIECE_NS), n_sel // (4 * TSFT_MIN_FRAMES))))
     edges = np.linspace(lo, hi, nb + 1)
-    piece = np.minimum(np.searchsorted(edges, T, side="right") - 1, nb - 1)
+    # T is sorted: each piece is a slice
+    cut = np.concatenate([[0], np.searchsorted(T, edges[1:-1], side="right"), [len(T)]])
     lines = []
     for i in range(nb):
-        m = sel & (piece == i)
-        lines.append(_robust_line(T[m], o[m]) if m.sum() >= 2 else None)
+        a, b = int(cut[i]), int(cut[i + 1])
+        m = sel[a:b]
+        lines.append(_robust_line(T[a:b][m], o[a:b][m]) if m.sum() >= 2 else None)
     if all(ln is None for ln in lines):
         return np.full(len(T), float(np.median(o[sel])) if n_sel else float(np.median(o)))
     # a piece without points takes its neighbours' lines
