@@ -87,11 +87,12 @@ def test_subframes_a_slow_wire_queued_are_left_out_of_the_air_floor() -> None:
     fast = _aggregates(rng, 400, 4e3)
     assert not _behind_in_aggregate(fast, -1).any()
     # a wire slower than the air (30 us a packet against 12 us a subframe): position k waits (k-1)*18 us;
-    # positions from the third on are left out, the first two kept
+    # every position after the first is left out (the second's 18 us are several standard errors of
+    # the median over 400 aggregates with 20 us of stamp noise)
     slow = _aggregates(rng, 400, 30e3)
     behind = _behind_in_aggregate(slow, -1).to_numpy()
     pos = slow.with_columns(pl.col("tUe").rank("ordinal").over("tUs").alias("p"))["p"].to_numpy()
-    assert not behind[pos <= 1].any()
-    assert behind[pos >= 3].all()
+    assert not behind[pos == 1].any()
+    assert behind[pos >= 2].all()
     # only the direction out of the air is screened
     assert not _behind_in_aggregate(slow, 1).any()
