@@ -180,6 +180,54 @@ def test_the_same_hog_on_a_good_link_is_its_retries_not_the_anomaly():
     assert [f.cause for f in explain(ctx, W, _findings("spurious_rto"))] == ["mac_retries", "spurious_rto"]
 
 
+def _b_every(gap: float) -> list[dict]:
+    # B on a weak link (6 ms of the line per packet) and A (0.4 ms) each send a packet every `gap` ms
+    return [p for k in range(int(2_000 / gap)) for p in (
+        {"arrive": 10_000 + gap * k, "station": "B", "flow": "g", "air": 2.5, "retry": 3.4, "attempts": 2, "rate": 6.0},
+        {"arrive": 10_001 + gap * k, "station": "A", "flow": "f"})]
+
+
+def test_a_slow_station_takes_line_time_from_the_others_only_while_they_wait_for_it():
+    from xlayer.attribution.causes.performance_anomaly import _hog_conf
+    signals = {"A": -45.0, "B": -78.0}
+    full = delaysplit.find_hog(_Ctx(_line(_b_every(7.0)), signals=signals), W)
+    idle = delaysplit.find_hog(_Ctx(_line(_b_every(40.0)), signals=signals), W)
+    # the same share of the AP's service time either way ...
+    for h in (full, idle):
+        assert h is not None and h.station == "B" and h.weak_link and h.excess_share > 0.8
+    # ... but with the line idle most of the time A wanted nothing it did not get
+    assert full.line_busy > 0.85 and idle.line_busy < 0.2
+    assert full.lost_share > 0.7 and idle.lost_share == 0.0
+    assert _hog_conf(full) > 0.8 and _hog_conf(idle) == 0.0
+    # the line's idle time after B's traffic ended gave A nothing back while B held it
+    burst = [p for p in _b_every(7.0) if p["arrive"] < 10_700]
+    h = delaysplit.find_hog(_Ctx(_line(burst), signals=signals), W)
+    assert h.line_busy > 0.85 and h.lost_share > 0.7
+
+
+def test_the_air_measure_of_the_anomaly_weighs_the_line_left_idle():
+    from xlayer.attribution.causes.performance_anomaly import _assess
+    ss = _station_series({"A": -79.0, "B": -48.0}, {"A": 60.0, "B": 300.0}, {"A": 80 * MS, "B": 20 * MS})
+    full, nearly, idle = (_assess(ss, lambda st, u=u: u) for u in (1.0, 0.95, 0.3))
+    assert full[0] > 0.5 and nearly[0] == pytest.approx(full[0]) and idle[0] == 0.0
+    assert idle[1]["line_busy"] == 0.3
+
+
+def test_the_line_is_weighed_only_for_a_station_the_ap_sends_to():
+    from xlayer.attribution.causes.performance_anomaly import _line_busy
+    ctx = _Ctx(_line(_b_every(40.0)))
+
+    def frames(ta: str, ra: str, n: int) -> list[dict]:
+        return [{"ts_ns": 10_000 * MS + k * MS, "wlan_type": 2, "wlan_subtype": 8, "wlan_ta": ta, "wlan_ra": ra}
+                for k in range(n)]
+    schema = ctx.tables["air_frames"].schema
+    ctx.tables["air_frames"] = pl.DataFrame(frames("AP", "B", 30) + frames("B", "AP", 10), schema=schema)
+    assert _line_busy(ctx, "B", W.start_ns, W.end_ns) < 0.2
+    # B's own frames (an upload) contend on the air, which the AP's line does not show
+    ctx.tables["air_frames"] = pl.DataFrame(frames("AP", "B", 10) + frames("B", "AP", 30), schema=schema)
+    assert _line_busy(ctx, "B", W.start_ns, W.end_ns) == 1.0
+
+
 def _queue_only() -> list[dict]:
     # f's packets arrive faster than the line serves them (0.4 ms each): plain queueing, nothing retried
     burst = [{"arrive": 10_000 + 0.1 * k, "station": "A", "flow": "f"} for k in range(900)]

@@ -13,7 +13,9 @@ The hog is the station whose service exceeds what its packets would have cost at
 stations' typical per-packet service by the most, when that excess is at least `HOG_MIN_SHARE` of
 the AP's service time in the window: the line time the other stations lost to it.  The same excess
 is counted in airtime (every frame of the station a sniffer saw, both ways, over its packets) and
-the larger share counts: the air also holds the slow station's own uplink frames.  Whether it is
+the larger share counts: the air also holds the slow station's own uplink frames.  The others lost
+that time only if they wanted the line meanwhile: the line's idle time in the steps where the hog's
+packets were in it comes off the excess (`Hog.lost_share`, `line_busy`).  Whether it is
 slow because of its link (its PHY rate a fraction of the others' and its signal weaker: the
 performance anomaly) or because its frames are retried on a good link (a deaf or interfered
 receiver: MAC retries) is decided from those measured rates and signals.
@@ -34,6 +36,7 @@ PARTS = ("wired", "load", "retry", "fragments", "hog")
 RTS_CYCLE_MAX_NS = 1023 * 20_000 + 1_000_000
 HOG_MIN_SHARE = 0.10          # line time the others lost to one station, of the AP's service time
 MIN_PACKETS = 10              # a station's packets in the window before its per-packet service counts
+LINE_STEP_NS = 100_000_000   # steps in which the line's idle time is weighed against a slow station's (about an RTT)
 SLOW_RATE_RATIO = 0.6         # a weak link: its PHY rate at most this share of the others' median ...
 WEAK_SIGNAL_DB = 6.0          # ... and its signal this much weaker (when the captures say)
 
@@ -55,6 +58,16 @@ class Hog:
     fragments_share: float
     retry_excess_ms: float = 0.0   # its retry time per packet beyond the others' median (ms)
     fragments_excess_ms: float = 0.0   # the same for its further fragments
+    line_busy: float = 1.0         # of the window, the time the AP held a downlink packet (`line_busy`)
+
+    @property
+    def lost_share(self) -> float:
+        """Return the line time the other stations lost to it, of the AP's busy time (>= 0).
+
+        Its excess is theirs only if they wanted the line meanwhile: the time the line stood idle they
+        could have used and did not (their traffic was limited elsewhere), so it comes off the excess."""
+        busy = max(self.line_busy, 1e-9)
+        return max(0.0, self.excess_share - (1.0 - busy) / busy)
 
     @property
     def slowed_by_fragments(self) -> bool:
@@ -74,7 +87,8 @@ class Hog:
 
     def as_numbers(self) -> dict[str, Any]:
         """Return the measured numbers, rounded, for a finding's JSON."""
-        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        out = {**self.__dict__, "lost_share": self.lost_share}
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
 
 
 @dataclass
@@ -140,6 +154,32 @@ def _signals(ctx: Context, w: Window) -> dict[str, float]:
         return {}
     s = ss.select("station", "signal_dbm").drop_nulls()
     return dict(s.group_by("station").agg(pl.col("signal_dbm").median()).iter_rows())
+
+
+def line_busy(d: pl.DataFrame, start_ns: int, end_ns: int, station: str | None = None) -> float:
+    """Return the share of [start_ns, end_ns) during which the AP held a downlink packet of `d` (from
+    its arrival to the end of its last transmission), counted in the `LINE_STEP_NS` steps where
+    `station`'s packets were in the line (every step when None); 0 when none.
+
+    Whether the others wanted the line time a slow station took is a matter of the moment: idle
+    steps after its traffic ended gave them nothing back while it held the line."""
+    d = d.filter(pl.col("ap_ns").is_not_null())
+    if d.height == 0 or end_ns <= start_ns:
+        return 0.0
+    ts = d["ts_ns"].to_numpy().astype(np.int64)
+    ends = ts + d["ap_ns"].to_numpy().astype(np.int64)
+    edges = np.minimum(np.arange(start_ns, end_ns + LINE_STEP_NS, LINE_STEP_NS, dtype=np.int64), end_ns)
+    edges = np.unique(edges)
+    busy = np.diff(covered(ts, ends)(edges))
+    if station is not None:
+        mine = (d["station"] == station).to_numpy()
+        if not mine.any():
+            return 0.0
+        present = np.diff(covered(ts[mine], ends[mine])(edges)) > 0
+        busy, span = busy[present], np.diff(edges)[present]
+    else:
+        span = np.diff(edges)
+    return float(busy.sum()) / max(int(span.sum()), 1)
 
 
 def _excess(used: np.ndarray, n: np.ndarray, total: float) -> np.ndarray:
@@ -219,7 +259,7 @@ def find_hog(ctx: Context, w: Window, d: pl.DataFrame | None = None) -> Hog | No
                float(np.median(osig) - sig[st]) if st in sig and osig else None,
                float(per["rt"][i] / max(t[i], 1)), float(per["fr"][i] / max(t[i], 1)),
                float(rt_pp[i] - np.median(np.delete(rt_pp, i))) / 1e6,
-               float(fr_pp[i] - np.median(np.delete(fr_pp, i))) / 1e6)
+               float(fr_pp[i] - np.median(np.delete(fr_pp, i))) / 1e6, line_busy(d, w.start_ns, w.end_ns, st))
 
 
 NO_SPANS = (np.zeros(0, np.int64), np.zeros(0, np.int64))

@@ -8,7 +8,11 @@ the capture has it); (2) from the AP's transmit line (the
 `delay` table, `delaysplit.find_hog`), one station whose packets took far more of the AP's service
 time than their share, the excess being the line time the others lost, on a weak link (its rate a
 fraction of the others', its signal weaker).  The second sees the anomaly among many stations, where
-the slow one's airtime share stays under half.  The condition holds for as long as the stations are
+the slow one's airtime share stays under half.  Both count only the line time the others wanted:
+where the AP's transmit line stood idle while the slow station's packets were in it, the others'
+traffic was limited elsewhere (a TCP window, the wired path) and could have had that time, so it comes
+off the slow station's excess (`delaysplit.Hog.lost_share`; for the air measure only where the slow
+station's frames are mostly the AP's to it).  The condition holds for as long as the stations are
 busy, so this cause also proposes those windows.  A drop it is the root of spans its episode: the
 0.1 s steps around the drop in which the slow station kept taking about as much air at its slow rate
 as in the drop (`episode`), since its traffic starts before the others' goodput gives way.
@@ -16,6 +20,7 @@ as in the drop (`episode`), since its traffic starts before the others' goodput 
 from __future__ import annotations
 
 from statistics import median
+from typing import Callable
 
 import polars as pl
 
@@ -48,7 +53,26 @@ def _weak_signal(st: pl.DataFrame, station: str) -> bool:
     return float(others.median()) - float(own[0]) >= delaysplit.WEAK_SIGNAL_DB
 
 
-def _assess(ss: pl.DataFrame) -> tuple[float, dict] | None:
+def _line_busy(ctx: Context, station: str, start_ns: int, end_ns: int) -> float:
+    """Return the share of [start_ns, end_ns) the AP's transmit line was busy when `station`'s data
+    frames there are mostly the AP's to it (1.0 when they are its own, or the line is not seen).
+
+    Frames to a slow station take line time from the others' frames only while those wait behind
+    them in the AP; stations sending their own frames contend on the air, which the AP's line does
+    not show."""
+    air = ctx.between("air_frames", start_ns, end_ns).filter(pl.col("wlan_type") == 2)
+    down = air.filter(pl.col("wlan_ra") == station).height
+    if down == 0 or down < air.filter(pl.col("wlan_ta") == station).height:
+        return 1.0
+    d = ctx.between("delay", start_ns, end_ns)
+    if d.filter(pl.col("ap_ns").is_not_null()).height < delaysplit.MIN_PACKETS:
+        return 1.0
+    return delaysplit.line_busy(d, start_ns, end_ns, station)
+
+
+def _assess(ss: pl.DataFrame, busy: Callable[[str], float] | None = None) -> tuple[float, dict] | None:
+    """Return (confidence, numbers) of the anomaly from the stations' airtime, or None; `busy` gives
+    the AP line's busy share for the slow station (`_line_busy`)."""
     st = _stations(ss)
     if st.height < 2:
         return None
@@ -62,15 +86,19 @@ def _assess(ss: pl.DataFrame) -> tuple[float, dict] | None:
         return None
     # Equal frames, unequal rates: a slow station past half the air while its rate is a fraction
     # of the fast one's is the anomaly (ideal DCF gives it rate_fast / (rate_fast + rate_slow)).
-    conf = clip01((slow["share"] - 0.4) / 0.2) * clip01((1 - ratio) / 0.5) * 0.85
-    return conf, {"slow": slow, "fast": fast, "stations": st.to_dicts()}
+    # Its share is of the line's busy time: what the line left idle the others could have had
+    # (`delaysplit.Hog.lost_share`), so that comes off it.
+    u = max(busy(slow["station"]) if busy is not None else 1.0, 1e-9)
+    share = slow["share"] - (1.0 - u) / u
+    conf = clip01((share - 0.4) / 0.2) * clip01((1 - ratio) / 0.5) * 0.85
+    return conf, {"slow": slow, "fast": fast, "stations": st.to_dicts(), "line_busy": u}
 
 
 def _hog_conf(h: delaysplit.Hog | None) -> float:
     """Return the anomaly's confidence from the AP's service time: the others' lost share on a weak link."""
     if h is None or not h.weak_link:
         return 0.0
-    return clip01((h.excess_share - 0.05) / 0.2) * 0.9
+    return clip01((h.lost_share - 0.05) / 0.2) * 0.9
 
 
 def _hog_finding(ctx: Context, h: delaysplit.Hog, conf: float, extra: dict | None = None) -> CauseFinding:
@@ -79,7 +107,8 @@ def _hog_finding(ctx: Context, h: delaysplit.Hog, conf: float, extra: dict | Non
     orate = f" at {h.others_rate_mbps:.1f} Mbit/s" if h.others_rate_mbps is not None else ""
     text = (f"{h.station}{rate} held the AP's transmit line {h.service_share:.0%} of the time for "
             f"{h.packet_share:.0%} of the packets ({h.per_packet_ms:.2f} ms per packet, the others{orate} "
-            f"{h.others_per_packet_ms:.2f} ms): the other stations lost {h.excess_share:.0%} of it")
+            f"{h.others_per_packet_ms:.2f} ms) while the line was busy {h.line_busy:.0%} of the window: "
+            f"the other stations lost {h.lost_share:.0%} of it")
     att = ctx.table("attempts")
     ex = frames(att.filter(pl.col("station") == h.station), "transmission to the slow station") if att.height else []
     return CauseFinding(NAME, conf, text, {"hog": h.as_numbers(), **(extra or {})}, stations=[h.station],
@@ -96,7 +125,7 @@ def from_delay(ctx: Context, w: Window, split: delaysplit.Split, conf: float) ->
 def score(ctx: Context, w: Window) -> CauseFinding | None:
     """Return the evidence of the performance anomaly in the window."""
     ss = ctx.between("station_series", w.start_ns, w.end_ns, col="bin_start_ns")
-    a = _assess(ss)
+    a = _assess(ss, lambda st: _line_busy(ctx, st, w.start_ns, w.end_ns))
     # the condition holds while it holds: read in the window itself, not from before it
     h = delaysplit.find_hog(ctx, w, ctx.between("delay", w.start_ns, w.end_ns))
     hc = _hog_conf(h)
@@ -117,6 +146,8 @@ def score(ctx: Context, w: Window) -> CauseFinding | None:
                 goodput[f] = float(best["goodput_bytes"][0]) * 8 / secs
     text = (f"{slow['station']} at {slow['rate']:.1f} Mbit/s took {slow['share']:.0%} of the airtime; "
             f"{fast['station']} at {fast['rate']:.1f} Mbit/s got {fast['share']:.0%}")
+    if d["line_busy"] < 1.0:
+        text += f" (the AP's transmit line busy {d['line_busy']:.0%} of the window)"
     stations = [s["station"] for s in d["stations"]]
     return CauseFinding(NAME, conf, text,
                         {"stations": [{"station": s["station"], "rate_mbps": s["rate"], "airtime_share": s["share"]}
@@ -207,14 +238,16 @@ def propose(ctx: Context) -> list[Window]:
         pl.col("data_frames").sum().alias("n")).filter(pl.col("n") >= MIN_FRAMES).sort("n", descending=True)
     if busy.height >= 2:
         s, e = int(busy["lo"].head(2).max()), int(busy["hi"].head(2).min()) + ctx.tl.bin_ns
-        a = _assess(ss.filter((pl.col("bin_start_ns") >= s) & (pl.col("bin_start_ns") < e))) if e > s else None
+        a = (_assess(ss.filter((pl.col("bin_start_ns") >= s) & (pl.col("bin_start_ns") < e)),
+                     lambda st: _line_busy(ctx, st, s, e)) if e > s else None)
         if a is not None and a[0] >= 0.4:
             stations = [x["station"] for x in a[1]["stations"]]
             return [Window(s, e, ctx.flows_of(stations), stations, kind="sustained", proposer=NAME)]
     lo, hi = int(ss["bin_start_ns"].min()), int(ss["bin_start_ns"].max())
     good = []
     for t in range(lo, hi + 1, STEP_NS):
-        a = _assess(ss.filter((pl.col("bin_start_ns") >= t) & (pl.col("bin_start_ns") < t + STEP_NS)))
+        a = _assess(ss.filter((pl.col("bin_start_ns") >= t) & (pl.col("bin_start_ns") < t + STEP_NS)),
+                    lambda st, t=t: _line_busy(ctx, st, t, t + STEP_NS))
         good.append(a is not None and a[0] >= 0.4)
     out: list[Window] = []
     i = 0
@@ -227,7 +260,8 @@ def propose(ctx: Context) -> list[Window]:
             j += 1
         if j - i >= 2:
             s, e = lo + i * STEP_NS, min(lo + j * STEP_NS, hi + 1)
-            a = _assess(ss.filter((pl.col("bin_start_ns") >= s) & (pl.col("bin_start_ns") < e)))
+            a = _assess(ss.filter((pl.col("bin_start_ns") >= s) & (pl.col("bin_start_ns") < e)),
+                        lambda st, s=s, e=e: _line_busy(ctx, st, s, e))
             stations = [x["station"] for x in a[1]["stations"]] if a else []
             out.append(Window(s, e, ctx.flows_of(stations), stations, kind="sustained", proposer=NAME))
         i = j
