@@ -194,7 +194,32 @@ def test_a_rate_falling_before_the_goodput_makes_the_rate_changes_episode():
     ctx = _Ctx(_walk(rates), [(drop.start_ns, drop.end_ns)])
     assert rate_change.episode(ctx, drop, _fall()) == (_at(45), _at(65))
     # measured against the station's own usual rate: from 30 Mbit/s, 36 is no fall
-    assert rate_change.episode(ctx, drop, _fall(30.0)) == (_at(55), _at(65))
+    slow = {**rates, **{k: 30.0 for k in range(45)}}
+    assert rate_change.episode(_Ctx(_walk(slow), [(drop.start_ns, drop.end_ns)]), drop, _fall(30.0)) == (_at(55), _at(65))
+
+
+def test_the_rate_a_station_held_before_its_walk_is_its_usual_one():
+    # outside the drop the station spent 1.5 s walking at 36 and 18 Mbit/s: its rate outside the drops is
+    # 30, but it held 54 for 4 s before; each step under 0.8 of that is the fall
+    rates = {**{k: 36.0 for k in range(40, 50)}, **{k: 18.0 for k in range(50, 65)}, **{k: 0.0 for k in range(65, 100)}}
+    drop = Window(_at(58), _at(65))
+    ctx = _Ctx(_walk(rates), [(drop.start_ns, drop.end_ns)])
+    assert rate_change.episode(ctx, drop, _fall(30.0)) == (_at(40), _at(65))
+    # a rate held for less than half a second before is not one the link carried
+    brief = {**{k: 30.0 for k in range(40)}, 30: 54.0, 31: 54.0, 32: 54.0, **rates}
+    assert rate_change.episode(_Ctx(_walk(brief), [(drop.start_ns, drop.end_ns)]), drop, _fall(30.0)) == (_at(50), _at(65))
+
+
+def test_a_condition_that_took_in_a_drop_widens_to_the_drops_root_episode():
+    rates = {**{k: 36.0 for k in range(40, 50)}, **{k: 18.0 for k in range(50, 65)}, **{k: 0.0 for k in range(65, 100)}}
+    cond = Window(_at(55), _at(65), kind="sustained", drop=["f"])
+    ctx = _Ctx(_walk(rates), [(cond.start_ns, cond.end_ns)])
+    ((w, found),) = _with_episodes(ctx, [(cond, [_fall(30.0)])])
+    assert (w.start_ns, w.end_ns) == (_at(40), _at(65)) and "before the condition's window" in found[0].summary
+    # a condition without a drop in it has no root to widen by
+    quiet = Window(_at(55), _at(65), kind="sustained")
+    ((w, _),) = _with_episodes(ctx, [(quiet, [_fall(30.0)])])
+    assert (w.start_ns, w.end_ns) == (quiet.start_ns, quiet.end_ns)
 
 
 def test_no_fallen_step_in_the_drop_makes_no_rate_change_episode():

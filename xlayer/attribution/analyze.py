@@ -18,8 +18,9 @@
    kept, cause None.
 4. A drop whose root cause measures its own episode (``episode`` in the cause module: MAC retries
    that rose before the goodput fell and went on after it, a slow station's traffic that began before
-   the others' goodput gave way, a walking station's rate that fell before its goodput did) is widened to it, never into a neighbouring drop or event: the
-   incident shows when the cause began, not only its symptom.
+   the others' goodput gave way, a walking station's rate that fell before its goodput did) is widened
+   to it, never into a neighbouring drop or event: the incident shows when the cause began, not only
+   its symptom.  So is a condition's window that took in a drop: its root is that drop's root too.
 """
 from __future__ import annotations
 
@@ -190,7 +191,9 @@ def _with_episodes(ctx: Context, scored: list[tuple[Window, list[CauseFinding]]]
     for w, found in scored:
         root = next((f for f in found if f.explained_by is None), None)
         mod = by_name.get(root.cause) if root is not None else None
-        ep = mod.episode(ctx, w, root) if w.kind == "drop" and mod is not None and hasattr(mod, "episode") else None
+        # a condition's window that took in a drop is that drop's too: its root's episode counts
+        dropped = w.kind == "drop" or bool(w.drop)
+        ep = mod.episode(ctx, w, root) if dropped and mod is not None and hasattr(mod, "episode") else None
         if ep is None:
             out.append((w, found))
             continue
@@ -200,7 +203,8 @@ def _with_episodes(ctx: Context, scored: list[tuple[Window, list[CauseFinding]]]
         if (start, end) != (w.start_ns, w.end_ns):
             root.numbers["episode"] = [start / NS, end / NS]
             if start < w.start_ns:
-                root.summary += f"; it began {(w.start_ns - start) / NS:.1f} s before the goodput fell"
+                root.summary += (f"; it began {(w.start_ns - start) / NS:.1f} s before "
+                                 + ("the goodput fell" if w.kind == "drop" else "the condition's window"))
             w = Window(start, end, w.flows, w.stations, w.kind, w.proposer, w.drop)
         out.append((w, found))
     return out

@@ -145,13 +145,32 @@ def _slow_frames(ctx: Context, w: Window, st: str, usual: float) -> list:
 
 
 EPISODE_MIN_FRAMES = 10    # a step's rate counts from this many of the station's downlink transmissions
+HELD_STEPS = 5             # a rate the link carried: held over this many consecutive steps (0.5 s) ...
+HELD_LOOKBACK_NS = 2 * episodes.MAX_NS     # ... within this long before the drop (before an episode's earliest start)
+
+
+def _held_before(steps: pl.DataFrame, first: int) -> float | None:
+    """Return the best effective rate the station held over `HELD_STEPS` consecutive steps (each with
+    `EPISODE_MIN_FRAMES` transmissions) before step `first`, or None."""
+    ok = {k: r for k, n, r in steps.iter_rows() if k < first and n >= EPISODE_MIN_FRAMES}
+    best = None
+    for k in ok:
+        run = [ok.get(k + i) for i in range(HELD_STEPS)]
+        if all(r is not None for r in run):
+            held = HELD_STEPS / sum(1.0 / r for r in run)
+            best = held if best is None or held > best else best
+    return best
 
 
 def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
     """Return (start_ns, end_ns) of the run of steps around the drop in which the finding's station's
-    downlink frames went below FALL_RATIO of its usual rate (the finding's rate outside the drops;
-    each step's effective rate, `_effective`),
-    or None when no step inside the drop did."""
+    downlink frames went below FALL_RATIO of its usual rate (each step's effective rate, `_effective`),
+    or None when no step inside the drop did.
+
+    The usual rate is the finding's rate outside the drops, or the best the station held for half a
+    second in the `HELD_LOOKBACK_NS` before the drop when higher (`_held_before`): a link that weakens
+    gradually (a walk) spends the time before the drop at falling rates, which outside the drops would
+    count as its usual ones."""
     usual = f.numbers.get("rate_outside_mbps")
     if not f.stations or not usual:
         return None
@@ -160,6 +179,11 @@ def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
     steps = (att.group_by(((pl.col("ts_ns") - lo) // episodes.STEP_NS).alias("k"))
              .agg(pl.len().alias("n"), _effective()))
     nsteps = int((hi - lo) // episodes.STEP_NS) + 1
+    back = w.start_ns - HELD_LOOKBACK_NS
+    before = ctx.between("attempts", back, w.start_ns).filter((pl.col("station") == f.stations[0]) & _DOWN)
+    held = _held_before(before.group_by(((pl.col("ts_ns") - back) // episodes.STEP_NS).alias("k"))
+                        .agg(pl.len().alias("n"), _effective()), (w.start_ns - back) // episodes.STEP_NS)
+    usual = max(usual, held) if held is not None else usual
     state = [0] * nsteps          # 1 fallen, -1 not, 0 too few frames to say (a station gone quiet)
     for k, n, rate in steps.iter_rows():
         if 0 <= k < nsteps and n >= EPISODE_MIN_FRAMES:
