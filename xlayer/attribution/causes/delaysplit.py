@@ -58,7 +58,7 @@ class Hog:
     fragments_share: float
     retry_excess_ms: float = 0.0   # its retry time per packet beyond the others' median (ms)
     fragments_excess_ms: float = 0.0   # the same for its further fragments
-    line_busy: float = 1.0         # of the window, the time the AP held a downlink packet (`line_busy`)
+    line_busy: float = 1.0         # the AP's line busy, in the window's steps holding its packets (`line_busy`)
 
     @property
     def lost_share(self) -> float:

@@ -175,15 +175,15 @@ def episode(ctx: Context, w: Window, f: CauseFinding) -> tuple[int, int] | None:
     if not f.stations or not usual:
         return None
     lo, hi = w.start_ns - episodes.MAX_NS, w.end_ns + episodes.MAX_NS
-    att = ctx.between("attempts", lo, hi).filter((pl.col("station") == f.stations[0]) & _DOWN)
-    steps = (att.group_by(((pl.col("ts_ns") - lo) // episodes.STEP_NS).alias("k"))
-             .agg(pl.len().alias("n"), _effective()))
-    nsteps = int((hi - lo) // episodes.STEP_NS) + 1
     back = w.start_ns - HELD_LOOKBACK_NS
-    before = ctx.between("attempts", back, w.start_ns).filter((pl.col("station") == f.stations[0]) & _DOWN)
-    held = _held_before(before.group_by(((pl.col("ts_ns") - back) // episodes.STEP_NS).alias("k"))
-                        .agg(pl.len().alias("n"), _effective()), (w.start_ns - back) // episodes.STEP_NS)
+    att = ctx.between("attempts", back, hi).filter((pl.col("station") == f.stations[0]) & _DOWN)
+    steps = (att.group_by(((pl.col("ts_ns") - back) // episodes.STEP_NS).alias("k"))
+             .agg(pl.len().alias("n"), _effective()))
+    held = _held_before(steps, (w.start_ns - back) // episodes.STEP_NS)
     usual = max(usual, held) if held is not None else usual
+    # the episode's steps count from lo (a whole number of steps after `back`)
+    steps = steps.with_columns(pl.col("k") - (lo - back) // episodes.STEP_NS)
+    nsteps = int((hi - lo) // episodes.STEP_NS) + 1
     state = [0] * nsteps          # 1 fallen, -1 not, 0 too few frames to say (a station gone quiet)
     for k, n, rate in steps.iter_rows():
         if 0 <= k < nsteps and n >= EPISODE_MIN_FRAMES:
