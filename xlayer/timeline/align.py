@@ -363,20 +363,15 @@ def _behind_in_aggregate(m: pl.DataFrame, out_dir: int) -> pl.Series:
                         - (pl.col(air_e) - pl.col(air_e).first().over("cp", air_s))).cast(pl.Float64)
                        .alias("excess"))
          .filter(pl.col("pos") > 1))
-    behind = pl.Series("behind", np.zeros(m.height, dtype=bool))
-    if not g.height:
-        return behind
-    st = (g.group_by("pos")
-          .agg(pl.col("excess").median().alias("med"),
-               (pl.col("excess") - pl.col("excess").median()).abs().median().alias("mad"),
-               pl.len().alias("n")))
-    se = 1.2533 * 1.4826 * st["mad"].to_numpy() / np.sqrt(st["n"].to_numpy())
-    bad = st["pos"].to_numpy()[st["med"].to_numpy() > np.maximum(BEHIND_SE * se, fitm.SIGMA_FLOOR_NS)]
-    if not len(bad):
-        return behind
-    rows = g.filter(pl.col("pos").is_in(bad.tolist()))["_r"].to_numpy()
     flags = np.zeros(m.height, dtype=bool)
-    flags[rows] = True
+    if g.height:
+        st = (g.group_by("pos")
+              .agg(pl.col("excess").median().alias("med"),
+                   (pl.col("excess") - pl.col("excess").median()).abs().median().alias("mad"),
+                   pl.len().alias("n")))
+        se = 1.2533 * 1.4826 * st["mad"].to_numpy() / np.sqrt(st["n"].to_numpy())
+        bad = st["pos"].to_numpy()[st["med"].to_numpy() > np.maximum(BEHIND_SE * se, fitm.SIGMA_FLOOR_NS)]
+        flags[g.filter(pl.col("pos").is_in(bad.tolist()))["_r"].to_numpy()] = True
     return pl.Series("behind", flags)
 
 

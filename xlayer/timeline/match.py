@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+import xlayer.timeline.fit as fitm
 from xlayer.timeline.airtime import airtime as _airtime
 
 IP_KEY = (("ip_version", pl.UInt8), ("ip_src", pl.String), ("ip_dst", pl.String), ("ip_proto", pl.UInt8),
@@ -139,22 +140,19 @@ def airtime(df: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
 
 
 def _robust_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Return (a, b) of y = a + b*x by least squares, points beyond 4 robust sigmas dropped twice."""
+    """Return (a, b) of y = a + b*x by least squares, refitted twice without the points beyond 4 robust sigmas."""
     k = np.ones(len(x), dtype=bool)
-    a, b = float(np.median(y)), 0.0
-    for _ in range(3):
-        xs, ys = x[k], y[k]
-        if len(xs) < 2:
+    line = fitm.Line(float(np.median(y)), 0.0)
+    for i in range(3):
+        if k.sum() < 2:
             break
-        xm = float(xs.mean())
-        xc = xs - xm
-        sxx = float(np.einsum("i,i->", xc, xc))
-        b = float(np.einsum("i,i->", xc, ys - ys.mean())) / sxx if sxx > 0 else 0.0
-        a = float(ys.mean()) - b * xm
-        r = y - (a + b * x)
+        line, _, _ = fitm._ls(x[k], y[k])
+        if i == 2:
+            break
+        r = y - line(x)
         med = float(np.median(r[k]))
         k = np.abs(r - med) <= 4.0 * max(1.4826 * float(np.median(np.abs(r[k] - med))), 1.0)
-    return a, b
+    return line.a, line.b
 
 
 def _piecewise_line(T: np.ndarray, o: np.ndarray, sel: np.ndarray) -> np.ndarray:
