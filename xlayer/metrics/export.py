@@ -120,12 +120,16 @@ def whole_file(target: Path) -> Iterator[Path]:
                 tmp.unlink()
 
 
-def _write_json(path: Path, obj: Any) -> None:
+def _write_json(path: Path, obj: Any, sync: bool = False) -> None:
+    # Each write replaces the file whole (rename), which is what an interrupt or a full disk needs; only
+    # the last one of a run is forced to disk (sync): an fsync per table cost ~20 ms each (0.1x bundle:
+    # 0.46 s of a 2.7 s run) for progress manifests the next table replaces anyway.
     with whole_file(path) as tmp:
         with open(tmp, "w") as f:
             json.dump(obj, f, indent=1, allow_nan=False, default=str)
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
 
 
@@ -308,5 +312,5 @@ def write_metrics(tl: Timeline, out: str | os.PathLike, tables: list[str] | None
                 _put_table(outdir, name, df, man, written)
         man["complete"] = True
         with writing_into(outdir):
-            _write_json(outdir / MANIFEST, man)
+            _write_json(outdir / MANIFEST, man, sync=True)
     return man
