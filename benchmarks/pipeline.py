@@ -3,7 +3,9 @@
 
     python benchmarks/pipeline.py BUNDLE [BUNDLE ...] [--skip-tshark] [--check]
 
-Runs the pipeline as `xlayer metrics` does, in a child process (its peak RSS is its own):
+Runs the pipeline as `xlayer metrics` does, in a child process (its peak RSS is its own; its wall time is
+the whole process, Python's start-up, the imports and its exit included, and the imports come from
+compiled bytecode kept in a temporary cache filled once beforehand, as a package pip installed has them):
 `xlayer.open_timeline(BUNDLE)` (every packet capture read once, clocks aligned), then
 `xlayer.metrics.export.write_metrics` writing every metric table to Parquet in a temporary directory,
 module by module: each module computes its tables, they are written, and the caller holds none of

@@ -29,10 +29,6 @@ import os as _os
 # same pipeline's peak from a median of 1080 MB to 1009 MB (4 runs each) at no cost in CPU time.
 _os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:300,muzzy_decay_ms:0")
 
-from xlayer.text import package_version as _package_version  # noqa: E402 - after the allocator setting
-
-__version__ = _package_version()
-
 # name -> module it lives in; imported on first use, so that `import xlayer.signals` (the first thing
 # every command does) does not pull in polars and the decoders.
 _LAZY = {
@@ -48,6 +44,11 @@ __all__ = sorted(_LAZY) + ["__version__"]
 
 
 def __getattr__(name: str):
+    if name == "__version__":
+        # looked up on first use: reading the installed packages' metadata costs ~40 ms of every start
+        from xlayer.text import package_version
+
+        return package_version()
     mod = _LAZY.get(name)
     if mod is None:
         raise AttributeError(f"module 'xlayer' has no attribute {name!r}")
@@ -57,4 +58,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {"__version__"})

@@ -167,3 +167,26 @@ def test_outside_with_columns_on_a_spilled_table(spilled) -> None:  # noqa: ANN0
     got = ctx.outside("attempts", columns=cols)
     want = ctx.outside("attempts").select([c for c in ctx.table("attempts").columns if c in cols])
     assert 0 < got.height < ts.len() and got.equals(want, null_equal=True)
+
+
+def test_read_names_holds_every_name_the_source_quotes() -> None:
+    """The text scan behind `read_names` finds every identifier-like string constant of the attribution
+    package's code (what parsing it finds: a column it reads by name is never dropped), and reads no
+    more than the package's source (a name only in another package is not in it)."""
+    import ast
+
+    root = REPO / "xlayer" / "attribution"
+    quoted: set[str] = set()
+    for path in root.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        # pieces of f-strings are not names the code reads whole
+        pieces = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}
+        quoted |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                   and n.value.isidentifier() and id(n) not in pieces}
+    assert "ts_ns" in quoted and len(quoted) > 100
+    assert quoted <= read_names()
+    from parsers.schema import SCHEMA
+
+    text = "".join(p.read_text(encoding="utf-8") for p in root.rglob("*.py"))
+    unnamed = {c for c in SCHEMA if c not in text}        # packet columns the package never mentions
+    assert unnamed and not unnamed & read_names()

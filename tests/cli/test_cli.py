@@ -117,3 +117,15 @@ def test_signal_during_start_up_is_one_line_and_130(tmp_path, sig) -> None:
     assert "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("xlayer: interrupted"), err
+
+
+
+def test_version_is_the_installed_packages() -> None:
+    """`xlayer --version` prints the installed version on stdout and exits 0, as `xlayer.__version__` says."""
+    from importlib import import_module
+    from importlib.metadata import version
+
+    p = xlayer("--version")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == f"xlayer {version('xlayer')}\n"
+    assert import_module("xlayer").__version__ == version("xlayer")

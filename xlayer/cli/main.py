@@ -13,11 +13,20 @@ from xlayer.signals import stopped
 from xlayer.text import package_version, safe_text
 
 
+class _Version(argparse.Action):
+    """`--version`: the installed version, looked up only when asked (reading package metadata costs ~40 ms)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(f"xlayer {package_version()}")      # on stdout, as argparse's own version action
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the `xlayer` command."""
     p = argparse.ArgumentParser(prog="xlayer", description="Multi-layer capture analysis of Wi-Fi and "
                                 "wired networks: why did throughput drop?")
-    p.add_argument("--version", action="version", version=f"xlayer {package_version()}")
+    p.add_argument("--version", action=_Version, nargs=0, help="show the program's version number and exit")
     sub = p.add_subparsers(dest="cmd", required=True)
     for mod in COMMANDS:
         mod.register(sub)
