@@ -119,7 +119,6 @@ def test_signal_during_start_up_is_one_line_and_130(tmp_path, sig) -> None:
     assert len(lines) == 1 and lines[0].startswith("xlayer: interrupted"), err
 
 
-
 def test_version_is_the_installed_packages() -> None:
     """`xlayer --version` prints the installed version on stdout and exits 0, as `xlayer.__version__` says."""
     from importlib import import_module
