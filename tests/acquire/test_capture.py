@@ -81,7 +81,8 @@ def test_a_child_deaf_to_sigint_and_sigterm_is_killed_and_noted(tmp_path, monkey
     session.children.append(child)
     t = time.monotonic()
     session.stop("SIGINT")
-    assert time.monotonic() - t < 5
+    # killed, not waited for: the child would sleep 60 s (the bound leaves a busy machine ample room)
+    assert time.monotonic() - t < 30
     assert child.proc.returncode == -signal.SIGKILL and child.stopped_by == "SIGKILL"
     assert any("sent SIGTERM" in e for e in session.errors)
     assert any("sent SIGKILL" in e for e in session.errors)

@@ -15,7 +15,6 @@ import random
 import shutil
 import struct
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -909,9 +908,7 @@ def test_fuzzed_frames_never_raise_and_agree() -> None:
         m = _mutate(data, rng)
         wire = len(m) + (rng.choice((0, 0, 0, 10, 1000)))
         frames.append((m, wire, lt))
-    t0 = time.perf_counter()
     assert_fast_equals_reference(_fuzz_chunk(frames), "fuzz")
-    assert time.perf_counter() - t0 < 60
 
 
 def test_registries() -> None:
@@ -921,16 +918,23 @@ def test_registries() -> None:
     assert set(transport.TRANSPORT_DECODERS) == {6, 17, 1, 58} == set(transport.TRANSPORT_FRAME_DECODERS)
 
 
-# --- speed ----------------------------------------------------------------------------------------------
+# --- a large chunk -------------------------------------------------------------------------------------
+# (the decoders' speed is measured by benchmarks/ingest.py against tshark, not asserted by a timed test)
 
-def synthetic_tcp_chunk(n: int, seed: int = 7) -> RecordChunk:
-    """Return n Ethernet+IPv4+TCP frames with timestamps (a few SYNs, some SACKs, some VLAN tags)."""
-    rng = np.random.default_rng(seed)
+def _tcp_kinds() -> list[bytes]:
+    """Return the four Ethernet+IPv4+TCP frames `synthetic_tcp_chunk` mixes: timestamps and payload, SACK,
+    SYN with options, and the first VLAN-tagged; their lengths differ."""
     ts = tcp(opts=b"\x01\x01\x08\x0a" + struct.pack("!II", 7, 9), payload=b"p" * 20)
     sack = tcp(opts=b"\x01\x01\x08\x0a" + struct.pack("!II", 7, 9) + b"\x01\x01\x05\x0a"
                + struct.pack("!II", 5, 6))
     syn = tcp(opts=b"\x02\x04\x05\xb4\x04\x02\x08\x0a\0\0\0\x01\0\0\0\x02\x01\x03\x03\x07", flags=0x02)
-    kinds = [eth(ipv4(ts)), eth(ipv4(sack)), eth(ipv4(syn)), eth(ipv4(ts), tags=((0x8100, 10),))]
+    return [eth(ipv4(ts)), eth(ipv4(sack)), eth(ipv4(syn)), eth(ipv4(ts), tags=((0x8100, 10),))]
+
+
+def synthetic_tcp_chunk(n: int, seed: int = 7) -> RecordChunk:
+    """Return n Ethernet+IPv4+TCP frames with timestamps (a few SYNs, some SACKs, some VLAN tags)."""
+    rng = np.random.default_rng(seed)
+    kinds = _tcp_kinds()
     pick = rng.choice(len(kinds), size=n, p=[0.88, 0.05, 0.02, 0.05])
     lens = np.array([len(k) for k in kinds], np.int64)[pick]
     off = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
@@ -944,30 +948,36 @@ def synthetic_tcp_chunk(n: int, seed: int = 7) -> RecordChunk:
                        frame=np.arange(1, n + 1, dtype=np.int64))
 
 
-def layer_rate(chunk: RecordChunk, repeat: int = 5) -> float:
-    """Return frames per CPU second of link + IP + TCP decoding (best of repeat).
-
-    CPU time, not wall time: the machine may be shared (CI runs tests in parallel).
-    """
+def _layers(chunk: RecordChunk) -> ColumnBuilder:
+    """Return the columns of link + IPv4 + TCP decoding of a chunk of Ethernet+IPv4+TCP frames only."""
     n = len(chunk)
     start = chunk.offset
     span = Span(np.arange(n), start, start + chunk.caplen, start + chunk.wirelen, chunk.linktype,
                 np.zeros(n, bool))
-    best = float("inf")
-    for _ in range(repeat):
-        out = ColumnBuilder(n)
-        t0 = time.process_time()
-        # the chunk is all Ethernet + IPv4 + TCP: call the layers directly (no dispatch by kind)
-        net = link.decode_ethernet(chunk.data, span, out)
-        (tr,) = ipmod.decode_ipv4(chunk.data, net, out)
-        transport.decode_tcp(chunk.data, tr, out)
-        best = min(best, time.process_time() - t0)
+    out = ColumnBuilder(n)
+    # all Ethernet + IPv4 + TCP: the layers are called directly (no dispatch by kind)
+    net = link.decode_ethernet(chunk.data, span, out)
+    (tr,) = ipmod.decode_ipv4(chunk.data, net, out)
+    transport.decode_tcp(chunk.data, tr, out)
+    return out
+
+
+def test_large_chunk_decodes_row_for_row() -> None:
+    """200,000 frames of four kinds decoded together give every row what its kind's frame gives alone."""
+    kinds = _tcp_kinds()
+    alone = _layers(_fuzz_chunk([(k, len(k), 1) for k in kinds]))
+    big = synthetic_tcp_chunk(200_000)
+    out = _layers(big)
     assert not out.deferred.any() and out.malformed_count() == 0
-    return n / best
-
-
-@pytest.mark.skipif(os.environ.get("XLAYER_SKIP_SPEED") == "1", reason="speed test disabled")
-def test_speed_eth_ipv4_tcp() -> None:
-    rate = layer_rate(synthetic_tcp_chunk(500_000))
-    # measured 3-4 M frames per CPU second on a loaded 2-core machine; the bound leaves room for CI
-    assert rate > 1_500_000, f"{rate / 1e6:.2f} M frames/s"
+    lens = np.array([len(k) for k in kinds])
+    order = np.argsort(lens)
+    kind = order[np.searchsorted(lens[order], big.caplen)]      # each row's kind, known from its length
+    assert np.array_equal(lens[kind], big.caplen)
+    assert np.bincount(kind, minlength=4).min() > 1000
+    names = sorted(alone._vals)
+    assert {"tcp_seq", "tcp_flags", "vlan_id", "ip_len", "tcp_tsval"} <= set(names) == set(out._vals)
+    for name in names:
+        want_v, want_m = alone.get(name)
+        got_v, got_m = out.get(name)
+        assert np.array_equal(got_m, want_m[kind]), name
+        assert np.array_equal(got_v[got_m], want_v[kind][got_m]), name

